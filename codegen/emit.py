@@ -1,0 +1,513 @@
+"""Instruction selection: turn the instruction sites of a lowered operator into ISA records.
+
+Each event from :mod:`tir_walk` carries integer affine forms of its buffer
+accesses; this module maps them to DMA descriptors, tensor-engine tiles and vector
+operations. Three things are decided here rather than in TIR:
+
+* **clamping** -- schedules split loops without predicates, so edge tiles overhang
+  their tensors; DMA descriptors are clamped to the DRAM tensor and the SRAM side
+  trimmed by the same amount;
+* **validity** -- every SRAM tile remembers which part of it holds real data (and
+  where it sits in the global tensor), so compute instructions process only real
+  rows/columns and a convolution sees the clamped border as zero padding;
+* **accumulate** -- a reduction's zero-initialisation site is folded into the first
+  tensor instruction that writes the tile (``accumulate=False``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm_npu.simulator import isa
+from tvm_npu.tir_schedules.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
+
+from tvm_npu.config import DType, HardwareConfig
+
+from .tir_walk import Access, CompiledWalk, Event, SramBuffer
+
+SRAM_SCOPE = "global.npu_sram"
+
+
+class EmitError(RuntimeError):
+    """A site cannot be expressed in the ISA (a template / codegen bug, reported with context)."""
+
+
+def _dot(a: Sequence[int], b: Sequence[int]) -> int:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= int(n)
+    return tuple(reversed(strides))
+
+
+# ---------------------------------------------------------------- program state
+@dataclass
+class InstrMeta:
+    """Which operator an instruction belongs to (for per-layer reports)."""
+
+    layer: int
+
+
+@dataclass
+class ProgramAssembler:
+    """Program-level state shared by the operators of one partition."""
+
+    hw: HardwareConfig
+    tensors: list[isa.TensorDecl] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    instructions: list[isa.Instruction] = field(default_factory=list)
+    layer_of: list[int] = field(default_factory=list)
+    sram_top: int = 0
+    sram_peak: int = 0
+
+    def declare(self, name: str, shape: Sequence[int], dtype: DType, kind: isa.TensorKind,
+                data: np.ndarray | None = None) -> int:
+        for i, t in enumerate(self.tensors):
+            if t.name == name:
+                return i
+        self.tensors.append(isa.TensorDecl(name, dtype, tuple(int(n) for n in shape), kind))
+        if data is not None:
+            self.constants[name] = np.ascontiguousarray(data, dtype=dtype.np)
+        return len(self.tensors) - 1
+
+    def index(self, name: str) -> int:
+        for i, t in enumerate(self.tensors):
+            if t.name == name:
+                return i
+        raise EmitError(f"DRAM tensor {name!r} is not declared in this partition")
+
+    def alloc(self, nbytes: int) -> int:
+        addr = self.sram_top
+        self.sram_top = addr + self.hw.align(nbytes)
+        if self.sram_top > self.hw.max_sram_bytes:
+            raise EmitError(
+                f"SRAM overflow: {self.sram_top} bytes needed, -max-sram-bytes={self.hw.max_sram_bytes}"
+            )
+        self.sram_peak = max(self.sram_peak, self.sram_top)
+        return addr
+
+    def emit(self, instr: isa.Instruction, layer: int) -> None:
+        self.instructions.append(instr)
+        self.layer_of.append(layer)
+
+
+# ------------------------------------------------------------ validity records
+@dataclass(frozen=True)
+class _Tile:
+    """Which part of an SRAM tile holds data: per buffer dim ``[lo, hi)`` relative to the
+    access origin, and (for tiles loaded from DRAM) the global coordinate of the origin."""
+
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    origin: tuple[int | None, ...]
+
+
+def _loop_of(acc: Access, dim: int) -> int | None:
+    """The single inner loop a dimension of an access follows with coefficient 1 (or None)."""
+    used = [i for i, c in enumerate(acc.coefs[dim]) if c != 0]
+    if not used:
+        return None
+    if len(used) == 1 and acc.coefs[dim][used[0]] == 1:
+        return used[0]
+    return -1
+
+
+def _loops_used(acc: Access) -> set[int]:
+    return {i for coefs in acc.coefs for i, c in enumerate(coefs) if c}
+
+
+def _flat(acc: Access, base: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    """Element offset of the access origin and the element stride of every inner loop."""
+    strides = row_major(acc.shape)
+    offset = sum(b * s for b, s in zip(base, strides, strict=True))
+    nloops = len(acc.coefs[0]) if acc.coefs else 0
+    loop_strides = tuple(sum(acc.coefs[d][v] * strides[d] for d in range(len(strides))) for v in range(nloops))
+    return offset, loop_strides
+
+
+def _dims(extents: Sequence[int], *strides: Sequence[int], max_dims: int = 3) -> list[tuple[int, tuple[int, ...]]]:
+    """Drop unit loops and merge loops contiguous in every operand; outermost first."""
+    dims = [(n, tuple(s[i] for s in strides)) for i, n in enumerate(extents) if n > 1]
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for n, st in dims:
+        if merged:
+            pn, pst = merged[-1]
+            if all(ps == s * n for ps, s in zip(pst, st, strict=True)):
+                merged[-1] = (pn * n, st)
+                continue
+        merged.append((n, st))
+    return merged or [(1, tuple(0 for _ in strides))]
+
+
+def _split_outer(dims: list[tuple[int, tuple[int, ...]]], max_dims: int = 3):
+    """Yield (per-operand offset, inner dims) covering ``dims`` with at most ``max_dims`` each."""
+    outer, inner = dims[: max(0, len(dims) - max_dims)], dims[max(0, len(dims) - max_dims):]
+    nops = len(dims[0][1])
+    for idx in itertools.product(*(range(n) for n, _ in outer)):
+        offs = tuple(sum(i * st[k] for i, (_, st) in zip(idx, outer, strict=True)) for k in range(nops))
+        yield offs, inner
+
+
+def _pad3(dims: list[tuple[int, tuple[int, ...]]], k: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    shape = [n for n, _ in dims]
+    strides = [st[k] for _, st in dims]
+    while len(shape) < 3:
+        shape.insert(0, 1)
+        strides.insert(0, 0)
+    return tuple(shape), tuple(strides)  # type: ignore[return-value]
+
+
+_VEC_UNARY = {
+    EpiKind.RELU: isa.Opcode.VRELU,
+    EpiKind.SIGMOID: isa.Opcode.VSIGMOID,
+    EpiKind.TANH: isa.Opcode.VTANH,
+    EpiKind.GELU: isa.Opcode.VGELU,
+}
+_VEC_BINARY = {
+    EpiKind.BIAS: isa.Opcode.VADD,
+    EpiKind.ADD: isa.Opcode.VADD,
+    EpiKind.SUB: isa.Opcode.VSUB,
+    EpiKind.MUL: isa.Opcode.VMUL,
+    EpiKind.MAX: isa.Opcode.VMAX,
+    EpiKind.MIN: isa.Opcode.VMIN,
+}
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """One access of a compute site, addressed by axis name (``axes`` = its trailing buffer dims)."""
+
+    acc: Access
+    base: tuple[int, ...]
+    axes: str
+    tile: _Tile | None
+
+    def dim(self, axis: str) -> int:
+        return len(self.acc.shape) - len(self.axes) + self.axes.index(axis)
+
+    def stride(self, axis: str) -> int:
+        return row_major(self.acc.shape)[self.dim(axis)]
+
+    @property
+    def offset(self) -> int:
+        return _dot(self.base, row_major(self.acc.shape))
+
+    def loop(self, axis: str) -> int | None:
+        v = _loop_of(self.acc, self.dim(axis))
+        if v is not None and v < 0:
+            raise EmitError(f"buffer {self.acc.buffer} axis {axis} does not follow a single tile loop")
+        return v
+
+    def extent(self, axis: str, ev: Event) -> int:
+        v = self.loop(axis)
+        return 1 if v is None else ev.site.extents[v]
+
+    def range(self, axis: str, ranges: Sequence[Sequence[int]]) -> tuple[int, int]:
+        """The data-holding ``[lo, hi)`` of an axis (a dim without a loop has extent 1)."""
+        v = self.loop(axis)
+        return (0, 1) if v is None else (ranges[v][0], ranges[v][1])
+
+    def index_in(self, ev: Event) -> int:
+        return next(i for i, a in enumerate(ev.site.accesses) if a is self.acc)
+
+
+class OperatorEmitter:
+    """Emits one scheduled operator into a :class:`ProgramAssembler`."""
+
+    def __init__(self, asm: ProgramAssembler, spec: OpSpec, walk: CompiledWalk, roles: dict[str, str],
+                 axes: dict[str, str], aliases: dict[str, str], layer: int) -> None:
+        self.asm, self.spec, self.walk, self.roles, self.axes, self.layer = asm, spec, walk, roles, axes, layer
+        self.hw = asm.hw
+        self.addr: dict[str, int] = {}
+        self.tiles: dict[tuple[str, tuple[int, ...]], _Tile] = {}
+        self.zeroed: set[tuple[str, tuple[int, ...]]] = set()
+        self._allocate(walk.sram_buffers, aliases)
+
+    # ------------------------------------------------------------------ SRAM
+    def _allocate(self, buffers: dict[str, SramBuffer], aliases: dict[str, str]) -> None:
+        for name, buf in buffers.items():
+            target = aliases.get(name)
+            if target in self.addr and buffers[target].shape == buf.shape and buffers[target].dtype == buf.dtype:
+                self.addr[name] = self.addr[target]
+                continue
+            nbytes = math.prod(buf.shape) * np.dtype(buf.dtype).itemsize
+            self.addr[name] = self.asm.alloc(nbytes)
+
+    def _sram_addr(self, acc: Access, elem_offset: int) -> int:
+        return self.addr[acc.buffer] + elem_offset * np.dtype(acc.dtype).itemsize
+
+    def _emit(self, instr: isa.Instruction) -> None:
+        self.asm.emit(instr, self.layer)
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> None:
+        handlers = {"dma": self._dma, "zero": self._zero, "matmul": self._matmul, "conv": self._conv,
+                    "pool": self._pool, "epi": self._epilogue}
+        for ev in self.walk.events():
+            try:
+                handler = handlers[ev.site.kind]
+            except KeyError:
+                raise EmitError(f"unknown instruction site kind {ev.site.kind!r} ({ev.site.name})") from None
+            handler(ev)
+
+    # --------------------------------------------------------------------- DMA
+    def _dma(self, ev: Event) -> None:
+        site = ev.site
+        (ri, r), (wi, w) = _one_read_one_write(site.accesses)
+        if r.scope == SRAM_SCOPE and w.scope != SRAM_SCOPE:
+            dram, dram_base, sram, sram_base, load = w, ev.bases[wi], r, ev.bases[ri], False
+        elif w.scope == SRAM_SCOPE and r.scope != SRAM_SCOPE:
+            dram, dram_base, sram, sram_base, load = r, ev.bases[ri], w, ev.bases[wi], True
+        else:
+            raise EmitError(f"site {site.name}: a DMA must copy between DRAM and SRAM ({r.scope} -> {w.scope})")
+        lo = [0] * len(site.extents)
+        hi = list(site.extents)
+        for d, n in enumerate(dram.shape):
+            v = _loop_of(dram, d)
+            b = dram_base[d]
+            if v is None:
+                if not 0 <= b < n:
+                    return  # the whole tile lies outside the tensor (padding only)
+            elif v >= 0:
+                lo[v] = max(lo[v], -b)
+                hi[v] = min(hi[v], n - b)
+            elif not (b >= 0 and b + sum(c * (e - 1) for c, e in zip(dram.coefs[d], site.extents, strict=True)) < n):
+                raise EmitError(f"site {site.name}: strided DRAM dim {d} cannot be clamped")
+        if any(h <= a for a, h in zip(lo, hi, strict=True)):
+            return
+        d_off, d_str = _flat(dram, dram_base)
+        s_off, s_str = _flat(sram, sram_base)
+        d_off += _dot(lo, d_str)
+        s_off += _dot(lo, s_str)
+        ext = [h - a for a, h in zip(lo, hi, strict=True)]
+        order = sorted(range(len(ext)), key=lambda i: -d_str[i])  # innermost = smallest DRAM stride
+        dims = _dims([ext[i] for i in order], [d_str[i] for i in order], [s_str[i] for i in order])
+        tensor = self.asm.index(dram.buffer)
+        dtype = self.asm.tensors[tensor].dtype
+        itemsize = dtype.itemsize
+        cls = isa.DmaLoad if load else isa.DmaStore
+        for (od, osr), inner in _split_outer(dims):
+            shape, dstr = _pad3(inner, 0)
+            _, sstr = _pad3(inner, 1)
+            self._emit(cls(tensor, d_off + od, self.addr[sram.buffer] + (s_off + osr) * itemsize, dtype,
+                           shape, dstr, sstr))
+        if load:
+            self._record_load(site.extents, sram, tuple(sram_base), dram, dram_base, lo, hi)
+
+    def _record_load(self, extents, sram: Access, sram_base, dram: Access, dram_base, lo, hi) -> None:
+        t_lo, t_hi, origin = [], [], []
+        for d in range(len(sram.shape)):
+            v = _loop_of(sram, d)
+            if v is None or v < 0:
+                t_lo.append(0)
+                t_hi.append(1)
+                origin.append(None)
+                continue
+            t_lo.append(lo[v])
+            t_hi.append(hi[v])
+            g = None
+            for dd in range(len(dram.shape)):
+                if _loop_of(dram, dd) == v:
+                    g = dram_base[dd]
+            origin.append(g)
+        self.tiles[(sram.buffer, sram_base)] = _Tile(tuple(t_lo), tuple(t_hi), tuple(origin))
+
+    # ------------------------------------------------------------- validity
+    def _loop_ranges(self, ev: Event, operands: Sequence[int]) -> list[list[int]]:
+        """Per inner loop ``[lo, hi)``: the data-holding part of the tiles ``operands`` read."""
+        ranges = [[0, n] for n in ev.site.extents]
+        for ai in operands:
+            acc = ev.site.accesses[ai]
+            tile = self.tiles.get((acc.buffer, tuple(ev.bases[ai])))
+            if tile is None:
+                continue
+            for d in range(len(acc.shape)):
+                v = _loop_of(acc, d)
+                if v is not None and v >= 0:
+                    ranges[v][0] = max(ranges[v][0], tile.lo[d])
+                    ranges[v][1] = min(ranges[v][1], tile.hi[d])
+        return ranges
+
+    # ------------------------------------------------------------ reductions
+    def _zero(self, ev: Event) -> None:
+        (wi, w), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
+        self.zeroed.add((w.buffer, tuple(ev.bases[wi])))
+
+    def _first_write(self, acc: Access, base: Sequence[int]) -> bool:
+        key = (acc.buffer, tuple(base))
+        if key in self.zeroed:
+            self.zeroed.discard(key)
+            return True
+        return False
+
+    def _operand(self, ev: Event, role: str) -> _Operand:
+        for i, a in enumerate(ev.site.accesses):
+            if (role == "out" and a.is_write) or (not a.is_write and self.roles.get(a.buffer) == role):
+                return _Operand(a, tuple(ev.bases[i]), self.axes[role], self.tiles.get((a.buffer, tuple(ev.bases[i]))))
+        raise EmitError(f"site {ev.site.name}: no {role} operand among {[a.buffer for a in ev.site.accesses]}")
+
+    def _matmul(self, ev: Event) -> None:
+        a, b, c = (self._operand(ev, r) for r in ("a", "b", "out"))
+        ranges = self._loop_ranges(ev, [a.index_in(ev), b.index_in(ev)])
+        m0, m1 = a.range("M", ranges)
+        k0, k1 = a.range("K", ranges)
+        bk0, bk1 = b.range("K", ranges)
+        n0, n1 = b.range("N", ranges)
+        k0, k1 = max(k0, bk0), min(k1, bk1)
+        a_off = a.offset + m0 * a.stride("M") + k0 * a.stride("K")
+        b_off = b.offset + k0 * b.stride("K") + n0 * b.stride("N")
+        c_off = c.offset + m0 * c.stride("M") + n0 * c.stride("N")
+        self._emit(isa.MatMul(
+            self._sram_addr(a.acc, a_off), (a.stride("M"), a.stride("K")), self._sram_addr(b.acc, b_off),
+            (b.stride("K"), b.stride("N")), self._sram_addr(c.acc, c_off), (c.stride("M"), c.stride("N")),
+            m1 - m0, n1 - n0, k1 - k0, DType.from_str(a.acc.dtype), not self._first_write(c.acc, c.base)))
+        self._record(c, {"M": (m0, m1), "N": (n0, n1)})
+
+    def _spatial(self, ev: Event, data: _Operand, out: _Operand, kernel, strides, dilation, padding,
+                 out_hw) -> list[tuple[int, int, int, int, int]]:
+        """Per spatial axis: (first valid input row, valid rows, outputs, pad before, pad after)."""
+        tile = data.tile
+        if tile is None:
+            raise EmitError(f"site {ev.site.name}: input tile was not loaded before use")
+        res = []
+        for i, axis in enumerate("HW"):
+            dim = data.dim(axis)
+            lo, hi, g0 = tile.lo[dim], tile.hi[dim], tile.origin[dim]
+            if g0 is None:
+                raise EmitError(f"site {ev.site.name}: input tile has no global origin")
+            first_out = (g0 + padding[i]) // strides[i]
+            n_out = min(out.extent(axis, ev), out_hw[i] - first_out)
+            span = (n_out - 1) * strides[i] + (kernel[i] - 1) * dilation[i] + 1
+            res.append((lo, hi - lo, n_out, lo, max(0, span - hi)))
+        return res
+
+    def _conv(self, ev: Event) -> None:
+        spec = self.spec
+        assert isinstance(spec, Conv2dSpec)
+        d, w, o = (self._operand(ev, r) for r in ("data", "weight", "out"))
+        ranges = self._loop_ranges(ev, [d.index_in(ev), w.index_in(ev)])
+        (h_lo, in_h, out_h, pt, pb), (w_lo, in_w, out_w, pl, pr) = self._spatial(
+            ev, d, o, spec.kernel, spec.strides, spec.dilation, spec.padding, (spec.out.dim("H"), spec.out.dim("W")))
+        o_lo, o_hi = w.range("O", ranges)
+        c_lo, c_hi = w.range("I", ranges)
+        oc, ic = o_hi - o_lo, c_hi - c_lo
+        d_off = d.offset + h_lo * d.stride("H") + w_lo * d.stride("W") + c_lo * d.stride("C")
+        w_off = w.offset + o_lo * w.stride("O") + c_lo * w.stride("I")
+        o_off = o.offset + o_lo * o.stride("C")
+        groups = 1
+        if "G" in o.axes:
+            g_lo, g_hi = o.range("G", ranges)
+            groups = g_hi - g_lo
+            d_off += g_lo * d.stride("G")
+            w_off += g_lo * w.stride("G")
+            o_off += g_lo * o.stride("G")
+            whole = (d.stride("G") == ic * d.stride("C") and w.stride("G") == oc * w.stride("O")
+                     and o.stride("G") == oc * o.stride("C"))
+            if groups > 1 and not whole:
+                raise EmitError(f"site {ev.site.name}: a multi-group tile must hold whole groups")
+        self._emit(isa.Conv(
+            self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), ic * groups, in_h, in_w,
+            self._sram_addr(w.acc, w_off), (w.stride("O"), w.stride("I"), w.stride("H"), w.stride("W")),
+            self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), oc * groups, out_h, out_w,
+            spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], spec.dilation[0], spec.dilation[1],
+            pt, pl, pb, pr, groups, DType.from_str(d.acc.dtype), not self._first_write(o.acc, o.base)))
+        valid = {"C": (o_lo, o_hi), "H": (0, out_h), "W": (0, out_w)}
+        if "G" in o.axes:
+            valid["G"] = o.range("G", ranges)
+        self._record(o, valid)
+
+    def _pool(self, ev: Event) -> None:
+        spec = self.spec
+        assert isinstance(spec, PoolSpec)
+        d, o = self._operand(ev, "data"), self._operand(ev, "out")
+        ranges = self._loop_ranges(ev, [d.index_in(ev)])
+        (h_lo, in_h, out_h, pt, pb), (w_lo, in_w, out_w, pl, pr) = self._spatial(
+            ev, d, o, spec.kernel, spec.strides, (1, 1), spec.padding, (spec.out.dim("H"), spec.out.dim("W")))
+        c_lo, c_hi = d.range("C", ranges)
+        d_off = d.offset + h_lo * d.stride("H") + w_lo * d.stride("W") + c_lo * d.stride("C")
+        o_off = o.offset + c_lo * o.stride("C")
+        op = isa.Opcode.VMAXPOOL if spec.kind == PoolKind.MAX else isa.Opcode.VAVGPOOL
+        self._emit(isa.Pool(
+            self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), in_h, in_w,
+            self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), c_hi - c_lo, out_h, out_w,
+            spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], pt, pl, pb, pr,
+            DType.from_str(d.acc.dtype), op, spec.count_include_pad))
+        self._record(o, {"C": (c_lo, c_hi), "H": (0, out_h), "W": (0, out_w)})
+
+    def _record_loops(self, acc: Access, base: tuple[int, ...], ranges: Sequence[Sequence[int]]) -> None:
+        """Record a computed tile whose dims follow the site's loops (elementwise sites)."""
+        lo, hi = [], []
+        for d in range(len(acc.shape)):
+            v = _loop_of(acc, d)
+            ok = v is not None and v >= 0
+            lo.append(ranges[v][0] if ok else 0)
+            hi.append(ranges[v][1] if ok else 1)
+        self.tiles[(acc.buffer, base)] = _Tile(tuple(lo), tuple(hi), (None,) * len(lo))
+
+    def _record(self, op: _Operand, valid: dict[str, tuple[int, int]]) -> None:
+        """Remember which part of a computed tile holds data (axes not named: extent 1)."""
+        lo, hi = [0] * len(op.acc.shape), [1] * len(op.acc.shape)
+        for axis, (a, b) in valid.items():
+            lo[op.dim(axis)], hi[op.dim(axis)] = a, b
+        self.tiles[(op.acc.buffer, op.base)] = _Tile(tuple(lo), tuple(hi), (None,) * len(lo))
+
+    # --------------------------------------------------------------- vector
+    def _epilogue(self, ev: Event) -> None:
+        step = self.spec.epilogue[ev.site.epi]
+        reads = [(i, a) for i, a in enumerate(ev.site.accesses) if not a.is_write]
+        (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
+        other = next(((i, a) for i, a in reads if self.roles.get(a.buffer) == f"operand{ev.site.epi}"), None)
+        si, s = next((i, a) for i, a in reads if other is None or i != other[0])
+        ranges = self._loop_ranges(ev, (si,))
+        o_off, o_str = _flat(o, ev.bases[oi])
+        s_off, s_str = _flat(s, ev.bases[si])
+        operands = [o_str, s_str]
+        x_off = 0
+        if other is not None:
+            x_off, x_str = _flat(other[1], ev.bases[other[0]])
+            operands.append(x_str)
+        lo = [r[0] for r in ranges]
+        o_off += _dot(lo, o_str)
+        s_off += _dot(lo, s_str)
+        if other is not None:
+            x_off += _dot(lo, operands[2])
+        ext = [r[1] - r[0] for r in ranges]
+        if min(ext) <= 0:
+            return
+        dims = _dims(ext, *operands)
+        dtype = DType.from_str(o.dtype)
+        for offs, inner in _split_outer(dims):
+            shape, dst_st = _pad3(inner, 0)
+            _, src_st = _pad3(inner, 1)
+            dst = self._sram_addr(o, o_off + offs[0])
+            src = self._sram_addr(s, s_off + offs[1])
+            if step.kind in _VEC_UNARY:
+                instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, _VEC_UNARY[step.kind])
+            elif step.kind == EpiKind.CLIP:
+                instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
+            else:
+                _, x_st = _pad3(inner, 2)
+                xaddr = self._sram_addr(other[1], x_off + offs[2])
+                nonzero = [i for i, st in enumerate(x_st) if st]
+                if step.kind == EpiKind.BIAS and len(nonzero) == 1 and x_st[nonzero[0]] == 1:
+                    instr = isa.VecBiasAdd(shape, dst, dst_st, src, src_st, xaddr, nonzero[0], dtype)
+                else:
+                    instr = isa.VecBinary(shape, dst, dst_st, src, src_st, xaddr, x_st, dtype, _VEC_BINARY[step.kind])
+            self._emit(instr)
+        self._record_loops(o, tuple(ev.bases[oi]), ranges)
+
+
+def _one_read_one_write(accesses: Sequence[Access]) -> tuple[tuple[int, Access], tuple[int, Access]]:
+    reads = [(i, a) for i, a in enumerate(accesses) if not a.is_write]
+    writes = [(i, a) for i, a in enumerate(accesses) if a.is_write]
+    if len(reads) != 1 or len(writes) != 1:
+        raise EmitError(f"a DMA site needs one source and one destination, got {len(reads)} and {len(writes)}")
+    return reads[0], writes[0]

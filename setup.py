@@ -1,0 +1,26 @@
+"""Install tvm-npu; the four stage folders become subpackages of ``tvm_npu``."""
+
+from setuptools import setup
+
+STAGES = ("relay_patterns", "tir_schedules", "codegen", "simulator")
+
+setup(
+    name="tvm-npu",
+    version="0.1.0",
+    description="A TVM BYOC backend for a simulated NPU, with its simulator",
+    python_requires=">=3.11",
+    packages=["tvm_npu", *(f"tvm_npu.{s}" for s in STAGES)],
+    package_dir={"tvm_npu": "tvm_npu", **{f"tvm_npu.{s}": s for s in STAGES}},
+    package_data={"tvm_npu": ["*.cc", "models/*.onnx"]},
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        "apache-tvm-ffi==0.1.14.post1",
+        "numpy>=1.26",
+        "scipy>=1.11",
+        "onnx>=1.16",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+    ],
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6"]},
+    entry_points={"console_scripts": ["tvm-npu=tvm_npu.cli:main"]},
+)

@@ -1,0 +1,170 @@
+"""ProgramBuilder: how codegen (and tests) assemble a program for one configuration.
+
+It owns the three resources a program must not overrun — DRAM tensor names, SRAM
+bytes and semaphores — and fails at build time, with the numbers, when a request does
+not fit, instead of leaving it to the simulator's validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tvm_npu.config import DType, HardwareConfig
+
+from . import isa
+from .errors import BuildError, SramBudgetError
+
+
+def row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+def _as3(shape: Sequence[int], what: str) -> tuple[int, int, int]:
+    if not 1 <= len(shape) <= 3:
+        raise BuildError(f"{what} must have 1 to 3 dims, got {tuple(shape)}")
+    return tuple(int(n) for n in (1,) * (3 - len(shape)) + tuple(shape))  # type: ignore[return-value]
+
+
+class ProgramBuilder:
+    """Declares tensors, allocates SRAM, hands out semaphores and emits instructions."""
+
+    def __init__(self, hw: HardwareConfig) -> None:
+        self.hw = hw
+        self._tensors: list[isa.TensorDecl] = []
+        self._constants: dict[str, np.ndarray] = {}
+        self._instructions: list[isa.Instruction] = []
+        self._sram_top = 0
+        self.sram_high_water = 0
+        self._next_sem = 0
+
+    # ----------------------------------------------------------------- DRAM
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: DType,
+        kind: isa.TensorKind,
+        data: np.ndarray | None = None,
+    ) -> int:
+        """Declare a DRAM tensor; CONSTANT tensors need ``data``. Returns its table index."""
+        if any(t.name == name for t in self._tensors):
+            raise BuildError(f"tensor {name!r} is declared twice")
+        decl = isa.TensorDecl(name, dtype, tuple(int(n) for n in shape), kind)
+        if kind == isa.TensorKind.CONSTANT:
+            if data is None:
+                raise BuildError(f"CONSTANT tensor {name!r} needs its data")
+            data = np.asarray(data)
+            if data.shape != decl.shape or data.dtype != dtype.np:
+                raise BuildError(f"constant {name!r} is {data.dtype} {data.shape}, declared {dtype.np} {decl.shape}")
+            self._constants[name] = np.array(data, order="C")
+        elif data is not None:
+            raise BuildError(f"only CONSTANT tensors carry data; {name!r} is {kind.name}")
+        self._tensors.append(decl)
+        return len(self._tensors) - 1
+
+    # ----------------------------------------------------------------- SRAM
+    def alloc(self, nbytes: int, name: str = "buffer") -> int:
+        """Reserve ``nbytes`` of SRAM at the next aligned address; raise if past the budget."""
+        addr = self._sram_top
+        end = addr + self.hw.align(nbytes)
+        if nbytes <= 0 or end > self.hw.max_sram_bytes:
+            raise SramBudgetError(
+                f"SRAM budget exceeded: {name!r} needs {nbytes} bytes at {addr}, ending at {end}, but "
+                f"-max-sram-bytes={self.hw.max_sram_bytes}"
+            )
+        self._sram_top = end
+        self.sram_high_water = max(self.sram_high_water, end)
+        return addr
+
+    def sram_mark(self) -> int:
+        """The current allocation point, to :meth:`sram_release` back to later (stack discipline)."""
+        return self._sram_top
+
+    def sram_release(self, mark: int) -> None:
+        """Free every allocation made since ``mark``."""
+        if not 0 <= mark <= self._sram_top:
+            raise BuildError(f"SRAM mark {mark} is not below the allocation point {self._sram_top}")
+        self._sram_top = mark
+
+    # ----------------------------------------------------------- semaphores
+    def semaphore(self) -> int:
+        """A fresh semaphore id."""
+        if self._next_sem >= self.hw.num_semaphores:
+            raise BuildError(f"all {self.hw.num_semaphores} semaphores are in use (-num-semaphores)")
+        self._next_sem += 1
+        return self._next_sem - 1
+
+    # --------------------------------------------------------- instructions
+    def emit(self, instr: isa.Instruction) -> int:
+        """Append an instruction; returns its index."""
+        self._instructions.append(instr)
+        return len(self._instructions) - 1
+
+    def _dma(
+        self,
+        cls: type[isa.DmaLoad] | type[isa.DmaStore],
+        tensor: int,
+        sram_addr: int,
+        shape: Sequence[int],
+        dram_offset: int,
+        dram_strides: Sequence[int] | None,
+        sram_strides: Sequence[int] | None,
+    ) -> int:
+        if not 0 <= tensor < len(self._tensors):
+            raise BuildError(f"tensor index {tensor} is not declared")
+        shape3 = _as3(shape, "DMA shape")
+        dense = row_major(shape3)
+        dram = dense if dram_strides is None else _as3(dram_strides, "dram_strides")
+        sram = dense if sram_strides is None else _as3(sram_strides, "sram_strides")
+        dtype = self._tensors[tensor].dtype
+        return self.emit(cls(tensor, int(dram_offset), int(sram_addr), dtype, shape3, dram, sram))
+
+    def dma_load(
+        self,
+        tensor: int,
+        sram_addr: int,
+        shape: Sequence[int],
+        dram_offset: int = 0,
+        dram_strides: Sequence[int] | None = None,
+        sram_strides: Sequence[int] | None = None,
+    ) -> int:
+        """DRAM -> SRAM copy of up to 3 dims; strides default to row-major of ``shape``."""
+        return self._dma(isa.DmaLoad, tensor, sram_addr, shape, dram_offset, dram_strides, sram_strides)
+
+    def dma_store(
+        self,
+        tensor: int,
+        sram_addr: int,
+        shape: Sequence[int],
+        dram_offset: int = 0,
+        dram_strides: Sequence[int] | None = None,
+        sram_strides: Sequence[int] | None = None,
+    ) -> int:
+        """SRAM -> DRAM copy of up to 3 dims; strides default to row-major of ``shape``."""
+        return self._dma(isa.DmaStore, tensor, sram_addr, shape, dram_offset, dram_strides, sram_strides)
+
+    def matmul(
+        self, a_addr: int, b_addr: int, c_addr: int, m: int, n: int, k: int, dtype: DType, accumulate: bool = False
+    ) -> int:
+        """Row-major (m, k) @ (k, n) -> (m, n) in the accumulator type."""
+        return self.emit(
+            isa.MatMul(a_addr, (k, 1), b_addr, (n, 1), c_addr, (n, 1), m, n, k, dtype, accumulate)
+        )
+
+    def signal(self, engine: isa.Engine, sem: int) -> int:
+        return self.emit(isa.Signal(engine, sem))
+
+    def wait(self, engine: isa.Engine, sem: int) -> int:
+        return self.emit(isa.Wait(engine, sem))
+
+    def build(self) -> isa.Program:
+        """The finished program (End appended), stamped with this configuration's hash."""
+        instructions = (*self._instructions, isa.End())
+        return isa.Program(self.hw.config_hash, tuple(self._tensors), instructions, dict(self._constants))

@@ -1,0 +1,294 @@
+"""What every instruction computes: the numpy reference semantics of :mod:`.isa`.
+
+Each instruction becomes an :data:`Executor`, built once per loaded program and
+called as ``run(sram, dram)``: ``sram`` is the ``np.uint8`` buffer of exactly
+``max_sram_bytes`` and ``dram`` the flat typed arrays of the program's tensors, in
+table order. Operands are typed strided views straight onto those buffers (no
+copies), so an instruction reads and writes exactly the bytes its fields name.
+Validation (:mod:`.validate`) has already guaranteed every view is in bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import special
+
+from tvm_npu.config import DType
+
+from . import isa
+
+Executor = Callable[[np.ndarray, list[np.ndarray]], None]
+# shape, dtype, byte offset, byte strides: the positional arguments of np.ndarray after the buffer
+_Operand = tuple[tuple[int, ...], np.dtype, int, tuple[int, ...]]
+
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+#: Type the tensor engine computes each operand type in: exact products, the accumulator's width.
+#: int8 goes through float64, which is exact for every sum an SRAM-sized tile can produce.
+_WORK = {DType.INT8: _F64, DType.FP16: np.dtype(np.float32), DType.FP32: np.dtype(np.float32)}
+
+
+def _operand(addr: int, shape: Sequence[int], strides: Sequence[int], dtype: DType) -> _Operand:
+    dt = dtype.np
+    return tuple(shape), dt, addr, tuple(s * dt.itemsize for s in strides)
+
+
+def _store_acc(out: np.ndarray, product: np.ndarray, accumulate: bool) -> None:
+    """Write a tensor-engine result into its accumulator tile (int32 wraps, fp32 rounds)."""
+    if out.dtype == np.int32:
+        product = product.astype(_I64)
+        if accumulate:
+            product += out
+        out[...] = product.astype(np.int32)
+    elif accumulate:
+        np.add(out, product, out=out)
+    else:
+        out[...] = product
+
+
+def _dma(ins: isa.DmaLoad | isa.DmaStore) -> Executor:
+    shape, dt, addr, sram_strides = _operand(ins.sram_addr, ins.shape, ins.sram_strides, ins.dtype)
+    _, _, offset, dram_strides = _operand(ins.dram_offset * dt.itemsize, ins.shape, ins.dram_strides, ins.dtype)
+    t = ins.tensor
+    if isinstance(ins, isa.DmaLoad):
+
+        def load(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+            np.ndarray(shape, dt, sram, addr, sram_strides)[...] = np.ndarray(shape, dt, dram[t], offset, dram_strides)
+
+        return load
+
+    def store(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        np.ndarray(shape, dt, dram[t], offset, dram_strides)[...] = np.ndarray(shape, dt, sram, addr, sram_strides)
+
+    return store
+
+
+def _matmul(ins: isa.MatMul) -> Executor:
+    a = _operand(ins.a_addr, (ins.m, ins.k), ins.a_strides, ins.in_dtype)
+    b = _operand(ins.b_addr, (ins.k, ins.n), ins.b_strides, ins.in_dtype)
+    c = _operand(ins.c_addr, (ins.m, ins.n), ins.c_strides, ins.acc_dtype)
+    work, accumulate = _WORK[ins.in_dtype], ins.accumulate
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        x = np.ndarray(a[0], a[1], sram, a[2], a[3]).astype(work, copy=False)
+        y = np.ndarray(b[0], b[1], sram, b[2], b[3]).astype(work, copy=False)
+        _store_acc(np.ndarray(c[0], c[1], sram, c[2], c[3]), x @ y, accumulate)
+
+    return run
+
+
+def _conv(ins: isa.Conv) -> Executor:
+    """im2col over a zero-padded copy of the tile, then one batched matmul per group."""
+    g = ins.groups
+    cin_g, cout_g = ins.in_c // g, ins.out_c // g
+    x_op = _operand(ins.in_addr, (ins.in_c, ins.in_h, ins.in_w), ins.in_strides, ins.in_dtype)
+    accumulate = ins.accumulate
+    w_op = _operand(ins.w_addr, (ins.out_c, cin_g, ins.kernel_h, ins.kernel_w), ins.w_strides, ins.in_dtype)
+    o_op = _operand(ins.out_addr, (ins.out_c, ins.out_h, ins.out_w), ins.out_strides, ins.acc_dtype)
+    work = _WORK[ins.in_dtype]
+    padded = (ins.in_c, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
+    inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
+    k, m = cin_g * ins.kernel_h * ins.kernel_w, ins.out_h * ins.out_w
+    sc, sh, sw = padded[1] * padded[2] * work.itemsize, padded[2] * work.itemsize, work.itemsize
+    win_shape = (g, cin_g, ins.kernel_h, ins.kernel_w, ins.out_h, ins.out_w)
+    win_strides = (cin_g * sc, sc, ins.dilation_h * sh, ins.dilation_w * sw, ins.stride_h * sh, ins.stride_w * sw)
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        xp = np.zeros(padded, work)
+        xp[inner] = np.ndarray(x_op[0], x_op[1], sram, x_op[2], x_op[3])
+        cols = np.ndarray(win_shape, work, xp, 0, win_strides).reshape(g, k, m)
+        w = np.ndarray(w_op[0], w_op[1], sram, w_op[2], w_op[3]).astype(work).reshape(g, cout_g, k)
+        out = np.ndarray(o_op[0], o_op[1], sram, o_op[2], o_op[3])
+        _store_acc(out, (w @ cols).reshape(o_op[0]), accumulate)
+
+    return run
+
+
+_BINARY = {
+    isa.Opcode.VADD: np.add,
+    isa.Opcode.VSUB: np.subtract,
+    isa.Opcode.VMUL: np.multiply,
+    isa.Opcode.VMAX: np.maximum,
+    isa.Opcode.VMIN: np.minimum,
+}
+_TRANSCENDENTAL: dict[isa.Opcode, Callable[[np.ndarray], np.ndarray]] = {
+    isa.Opcode.VSIGMOID: special.expit,
+    isa.Opcode.VTANH: np.tanh,
+    isa.Opcode.VGELU: lambda x: 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0))),
+}
+
+
+def _vec(ins: isa._VecBase, src_dtype: DType, f: Callable[[np.ndarray, np.ndarray], object]) -> Executor:
+    """Executor calling ``f(src_view, dst_view)``; the destination has the instruction's dtype."""
+    s = _operand(ins.src_addr, ins.shape, ins.src_strides, src_dtype)
+    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, _dst_dtype(ins, src_dtype))
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        f(np.ndarray(s[0], s[1], sram, s[2], s[3]), np.ndarray(d[0], d[1], sram, d[2], d[3]))
+
+    return run
+
+
+def _dst_dtype(ins: isa._VecBase, src_dtype: DType) -> DType:
+    if isinstance(ins, isa.VecRequant):
+        return DType.INT8
+    if isinstance(ins, isa.VecCast):
+        return ins.dst_dtype
+    return src_dtype
+
+
+def _vec_binary(ins: isa.VecBinary) -> Executor:
+    s = _operand(ins.src_addr, ins.shape, ins.src_strides, ins.dtype)
+    o = _operand(ins.other_addr, ins.shape, ins.other_strides, ins.dtype)
+    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, ins.dtype)
+    ufunc = _BINARY[ins.op]
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
+        ufunc(x, np.ndarray(o[0], o[1], sram, o[2], o[3]), out=np.ndarray(d[0], d[1], sram, d[2], d[3]))
+
+    return run
+
+
+def _copy(x: np.ndarray, out: np.ndarray) -> None:
+    out[...] = x
+
+
+def _vec_unary(ins: isa.VecUnary) -> Executor:
+    if ins.op == isa.Opcode.VCOPY:
+        return _vec(ins, ins.dtype, _copy)
+    if ins.op == isa.Opcode.VRELU:
+        zero = ins.dtype.np.type(0)
+        return _vec(ins, ins.dtype, lambda x, out: np.maximum(x, zero, out=out))
+    f = _TRANSCENDENTAL[ins.op]
+
+    def transcendental(x: np.ndarray, out: np.ndarray) -> None:
+        out[...] = f(x.astype(_F64))
+
+    return _vec(ins, ins.dtype, transcendental)
+
+
+def _vec_clip(ins: isa.VecClip) -> Executor:
+    lo, hi = ins.dtype.np.type(ins.lo), ins.dtype.np.type(ins.hi)
+    return _vec(ins, ins.dtype, lambda x, out: np.clip(x, lo, hi, out=out))
+
+
+def _vec_scale(ins: isa.VecScale) -> Executor:
+    scale, shift = ins.scale, ins.shift
+
+    def run(x: np.ndarray, out: np.ndarray) -> None:
+        out[...] = x.astype(_F64) * scale + shift
+
+    return _vec(ins, ins.dtype, run)
+
+
+def _vec_bias_add(ins: isa.VecBiasAdd) -> Executor:
+    # the bias as a 3-D view that broadcasts along the other two axes
+    shape = tuple(n if axis == ins.axis else 1 for axis, n in enumerate(ins.shape))
+    b = _operand(ins.bias_addr, shape, tuple(int(axis == ins.axis) for axis in range(3)), ins.dtype)
+    s = _operand(ins.src_addr, ins.shape, ins.src_strides, ins.dtype)
+    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, ins.dtype)
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
+        np.add(x, np.ndarray(b[0], b[1], sram, b[2], b[3]), out=np.ndarray(d[0], d[1], sram, d[2], d[3]))
+
+    return run
+
+
+def _vec_requant(ins: isa.VecRequant) -> Executor:
+    multiplier, shift, zero_point = ins.multiplier, ins.shift, ins.zero_point
+    rounding = (1 << shift) >> 1
+
+    def run(x: np.ndarray, out: np.ndarray) -> None:
+        y = (x.astype(_I64) * multiplier + rounding) >> shift
+        y += zero_point
+        out[...] = np.clip(y, -128, 127)
+
+    return _vec(ins, DType.INT32, run)
+
+
+def _vec_cast(ins: isa.VecCast) -> Executor:
+    dst = ins.dst_dtype
+    if dst.is_float:
+        return _vec(ins, ins.src_dtype, _copy)  # numpy rounds to nearest even, overflow gives inf
+    info = np.iinfo(dst.np)
+    lo, hi = int(info.min), int(info.max)
+    if not ins.src_dtype.is_float:
+
+        def int_to_int(x: np.ndarray, out: np.ndarray) -> None:
+            out[...] = np.clip(x.astype(_I64), lo, hi)
+
+        return _vec(ins, ins.src_dtype, int_to_int)
+
+    def float_to_int(x: np.ndarray, out: np.ndarray) -> None:
+        r = np.clip(np.rint(x.astype(_F64)), lo, hi)
+        r[np.isnan(r)] = 0
+        out[...] = r
+
+    return _vec(ins, ins.src_dtype, float_to_int)
+
+
+def _pool(ins: isa.Pool) -> Executor:
+    """Reduce sliding windows over a padded copy of the tile (padding never wins a max)."""
+    x_op = _operand(ins.in_addr, (ins.channels, ins.in_h, ins.in_w), ins.in_strides, ins.dtype)
+    o_op = _operand(ins.out_addr, (ins.channels, ins.out_h, ins.out_w), ins.out_strides, ins.dtype)
+    padded = (ins.channels, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
+    inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
+    is_max = ins.op == isa.Opcode.VMAXPOOL
+    if is_max:
+        work = ins.dtype.np
+        fill = -np.inf if ins.dtype.is_float else np.iinfo(work).min
+    else:
+        work, fill = (_F64 if ins.dtype.is_float else _I64), 0
+    def windows(a: np.ndarray) -> np.ndarray:
+        """(c, out_h, out_w, kernel_h, kernel_w) view of a padded (c, h, w) array."""
+        sc, sh, sw = a.strides
+        shape = (a.shape[0], ins.out_h, ins.out_w, ins.kernel_h, ins.kernel_w)
+        return np.ndarray(shape, a.dtype, a, 0, (sc, ins.stride_h * sh, ins.stride_w * sw, sh, sw))
+
+    if is_max:
+        divisor = None
+    elif ins.count_include_pad:
+        divisor = float(ins.kernel_h * ins.kernel_w)
+    else:
+        mask = np.zeros(padded[1:], _F64)
+        mask[inner[1:]] = 1.0
+        divisor = windows(mask[None]).sum(axis=(3, 4))[0]
+    to_int = not ins.dtype.is_float
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        xp = np.full(padded, fill, work)
+        xp[inner] = np.ndarray(x_op[0], x_op[1], sram, x_op[2], x_op[3])
+        out = np.ndarray(o_op[0], o_op[1], sram, o_op[2], o_op[3])
+        if divisor is None:
+            out[...] = windows(xp).max(axis=(3, 4))
+            return
+        mean = windows(xp).sum(axis=(3, 4)) / divisor
+        out[...] = np.rint(mean) if to_int else mean
+
+    return run
+
+
+_BUILDERS: dict[type, Callable[..., Executor]] = {
+    isa.DmaLoad: _dma,
+    isa.DmaStore: _dma,
+    isa.MatMul: _matmul,
+    isa.Conv: _conv,
+    isa.VecBinary: _vec_binary,
+    isa.VecUnary: _vec_unary,
+    isa.VecClip: _vec_clip,
+    isa.VecScale: _vec_scale,
+    isa.VecBiasAdd: _vec_bias_add,
+    isa.VecRequant: _vec_requant,
+    isa.VecCast: _vec_cast,
+    isa.Pool: _pool,
+}
+
+
+def executor(ins: isa.Instruction) -> Executor | None:
+    """The executor of one validated instruction (None for Signal, Wait and End)."""
+    build = _BUILDERS.get(type(ins))
+    return None if build is None else build(ins)

@@ -1,0 +1,161 @@
+"""The NPU's cost model: cycles of every instruction, DMA bursts, and the roofline bound.
+
+Every number comes from :class:`~tvm_npu.config.HardwareConfig`; with R = mac_rows,
+C = mac_cols, P = hw.mac_pass_cycles(dtype), L = vector_lanes, B = dram_burst_bytes,
+BW = dram_bytes_per_cycle::
+
+    MatMul  tensor_issue_cycles + ceil(K/R) * ceil(N/C) * M * P
+    Conv    tensor_issue_cycles + groups * ceil(K/R) * ceil(N/C) * M * P       (implicit GEMM,
+            per group M = out_h*out_w, K = (in_c/groups)*kernel_h*kernel_w, N = out_c/groups)
+    Vec*    vector_issue_cycles + ceil(n/L) * c                                 (n = prod(shape);
+            c = transcendental_cycles for VSIGMOID/VTANH/VGELU, else 1)
+    Pool    vector_issue_cycles + ceil(channels*out_h*out_w / L) * kernel_h*kernel_w
+    Signal, Wait, End: 0 cycles
+
+    DMA     the DRAM side is split into contiguous runs (dims whose strides make them
+            contiguous are merged; a non-unit innermost stride gives 1-element runs).
+            A run of n bytes at byte address a (tensor bases are burst-aligned) touches
+            ceil((a % B + n) / B) bursts; moved = bursts * B; wasted = moved - useful;
+            transfer = ceil(moved / BW). A descriptor issued at t reaches the one DRAM
+            channel shared by both DMA engines at t + dma_latency, is granted at
+            max(t + dma_latency, channel_free) first come first served, and holds the
+            channel and its engine until grant + transfer.
+
+    lower_bound = max(sum over tensor instructions of MACs / peak_macs_per_cycle(dtype),
+                      compulsory_bytes / BW)
+            compulsory_bytes = nbytes of every INPUT, OUTPUT and CONSTANT tensor.
+
+The event loop that strings these costs together lives in :mod:`.machine`; the same
+formulas are documented in ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tvm_npu.config import DType, HardwareConfig
+
+from . import isa
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def matmul_cycles(hw: HardwareConfig, m: int, n: int, k: int, dtype: DType, groups: int = 1) -> int:
+    """Cycles of ``groups`` independent (M x K) @ (K x N) products on the R x C array."""
+    passes = _ceil_div(k, hw.mac_rows) * _ceil_div(n, hw.mac_cols)
+    return hw.tensor_issue_cycles + groups * passes * m * hw.mac_pass_cycles(dtype)
+
+
+def vector_cycles(hw: HardwareConfig, nelems: int, cycles_per_group: int = 1) -> int:
+    """Cycles of a vector instruction over ``nelems`` elements, L lanes at a time."""
+    return hw.vector_issue_cycles + _ceil_div(nelems, hw.vector_lanes) * cycles_per_group
+
+
+def compute_cycles(hw: HardwareConfig, instr: isa.Instruction) -> int:
+    """Cycles a non-DMA instruction occupies its engine (0 for Signal, Wait and End)."""
+    if isinstance(instr, isa.MatMul):
+        return matmul_cycles(hw, instr.m, instr.n, instr.k, instr.in_dtype)
+    if isinstance(instr, isa.Conv):
+        g = instr.groups
+        k = (instr.in_c // g) * instr.kernel_h * instr.kernel_w
+        return matmul_cycles(hw, instr.out_h * instr.out_w, instr.out_c // g, k, instr.in_dtype, g)
+    if isinstance(instr, isa.Pool):
+        n = instr.channels * instr.out_h * instr.out_w
+        return vector_cycles(hw, n, instr.kernel_h * instr.kernel_w)
+    if isinstance(instr, isa.VecUnary) and instr.op in isa.VecUnary.TRANSCENDENTAL:
+        return vector_cycles(hw, instr.nelems, hw.transcendental_cycles)
+    if isinstance(instr, isa._VecBase):
+        return vector_cycles(hw, instr.nelems)
+    return 0
+
+
+def contiguous_runs(
+    shape: Sequence[int], strides: Sequence[int]
+) -> tuple[int, list[tuple[int, int]]]:
+    """Split a strided access into (elements per contiguous run, [(extent, stride) of the outer dims])."""
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n > 1]
+    if not dims or dims[-1][1] != 1:
+        return 1, dims
+    run = dims.pop()[0]
+    while dims and dims[-1][1] == run:
+        run *= dims.pop()[0]
+    return run, dims
+
+
+@dataclass(frozen=True, slots=True)
+class DmaCost:
+    """What one DMA descriptor costs on the DRAM side."""
+
+    useful_bytes: int
+    bursts: int
+    transfer_cycles: int
+    burst_bytes: int
+
+    @property
+    def moved_bytes(self) -> int:
+        return self.bursts * self.burst_bytes
+
+    @property
+    def wasted_bytes(self) -> int:
+        return self.moved_bytes - self.useful_bytes
+
+
+def dram_bursts(
+    hw: HardwareConfig, shape: Sequence[int], strides: Sequence[int], offset: int, itemsize: int
+) -> int:
+    """Bursts touched by a strided DRAM access starting ``offset`` elements into a tensor.
+
+    Only where a run starts within its burst matters, so the run starts are kept as a
+    histogram over the B possible residues: outer dims whose byte stride is a multiple
+    of B just multiply it, the others shift it once per residue of one stride period.
+    Memory and time are O(B^2) at most, whatever the extents.
+    """
+    burst = hw.dram_burst_bytes
+    run, outer = contiguous_runs(shape, strides)
+    first = offset * itemsize % burst
+    if all(s * itemsize % burst == 0 for _, s in outer):  # burst-periodic rows: closed form
+        return math.prod(n for n, _ in outer) * ((first + run * itemsize + burst - 1) // burst)
+    hist = np.zeros(burst, dtype=np.int64)
+    hist[first] = 1
+    for n, s in outer:
+        step = s * itemsize % burst
+        if step == 0:
+            hist *= n
+            continue
+        period = burst // math.gcd(step, burst)
+        residues = np.arange(period, dtype=np.int64) * step % burst
+        full, rest = divmod(n, period)
+        counts = np.zeros(burst, dtype=np.int64)
+        counts[residues] = full
+        counts[residues[:rest]] += 1
+        shifted = np.zeros(burst, dtype=np.int64)
+        for r in np.flatnonzero(counts):
+            shifted += np.roll(hist, r) * counts[r]
+        hist = shifted
+    per_start = (np.arange(burst, dtype=np.int64) + run * itemsize + burst - 1) // burst
+    return int(hist @ per_start)
+
+
+def dma_cost(hw: HardwareConfig, instr: isa.DmaLoad | isa.DmaStore) -> DmaCost:
+    """Bursts and channel cycles of one DMA descriptor (latency excluded: see :mod:`.machine`)."""
+    itemsize = instr.dtype.itemsize
+    bursts = dram_bursts(hw, instr.shape, instr.dram_strides, instr.dram_offset, itemsize)
+    moved = bursts * hw.dram_burst_bytes
+    return DmaCost(instr.nelems * itemsize, bursts, _ceil_div(moved, hw.dram_bytes_per_cycle), hw.dram_burst_bytes)
+
+
+def compulsory_bytes(tensors: Iterable[isa.TensorDecl]) -> int:
+    """Bytes that must cross DRAM at least once: every tensor except SCRATCH."""
+    return sum(t.nbytes for t in tensors if t.kind != isa.TensorKind.SCRATCH)
+
+
+def lower_bound_cycles(hw: HardwareConfig, macs: dict[DType, int], dram_bytes: int) -> float:
+    """The datasheet's bound: max(MACs / peak MACs per cycle, compulsory bytes / bandwidth)."""
+    compute = sum(n / hw.peak_macs_per_cycle(dt) for dt, n in macs.items())
+    return max(compute, dram_bytes / hw.dram_bytes_per_cycle)

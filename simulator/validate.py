@@ -1,0 +1,382 @@
+"""Static validation of a program against a hardware configuration.
+
+Run once per loaded program, before any cycle is simulated (timing-only runs too), so
+that executing an instruction can never index outside the SRAM or a DRAM tensor, see
+an operand of the wrong type or build an array the numerics cannot handle. Every
+defect raises :class:`InstructionError` (index, opcode, field, rule) or, for the
+program as a whole, :class:`ProgramFormatError` / :class:`ConfigMismatchError`.
+
+Rules beyond bounds and alignment, and why:
+
+* every destination, every DMA's SRAM side and every tensor-engine operand has
+  distinct elements (no zero or overlapping strides), so results never depend on
+  write order and no operand is larger than the SRAM;
+* conv padding is at most the dilated kernel extent minus one, pool padding is
+  smaller than the kernel, so every pool window sees at least one real element;
+* DmaStore writes only OUTPUT or SCRATCH tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import NoReturn
+
+import numpy as np
+
+from tvm_npu.config import DType, HardwareConfig
+
+from . import isa
+from .errors import ConfigMismatchError, InstructionError, ProgramFormatError
+
+_TENSOR_DTYPES = (DType.INT8, DType.FP16, DType.FP32)
+_INT_RANGE = {dt: (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max)) for dt in (DType.INT8, DType.INT32)}
+#: Largest VecRequant shift for which src * multiplier + rounding stays inside int64.
+MAX_REQUANT_SHIFT = 62
+
+
+def distinct_elements(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """True if no two indices of ``shape`` map to the same offset (sufficient test).
+
+    Sorting dims by stride, each stride must exceed the largest offset the smaller
+    dims reach: the layouts codegen produces (row-major, transposed, padded) all pass.
+    """
+    reach = 0
+    for s, n in sorted((s, n) for n, s in zip(shape, strides, strict=True) if n > 1):
+        if s <= reach:
+            return False
+        reach += (n - 1) * s
+    return True
+
+
+def _span(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Offset of the last element reached (strides are non-negative here)."""
+    return sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+
+
+class _Checker:
+    """Checks one instruction; remembers the highest SRAM byte any operand touches."""
+
+    def __init__(self, hw: HardwareConfig, program: isa.Program) -> None:
+        self.hw = hw
+        self.program = program
+        self.sizes = [t.size for t in program.tensors]
+        self.valid_operands: set[tuple] = set()  # SRAM operands already checked (tiles repeat)
+        self.index = 0
+        self.op = ""
+        self.high_water = 0
+
+    def fail(self, field: str, rule: str) -> NoReturn:
+        raise InstructionError(self.index, self.op, field, rule)
+
+    def positive(self, instr: object, *names: str) -> None:
+        for name in names:
+            value = getattr(instr, name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(v <= 0 for v in values):
+                self.fail(name, f"must be positive, got {value}")
+
+    def nonnegative(self, instr: object, *names: str) -> None:
+        for name in names:
+            value = getattr(instr, name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(v < 0 for v in values):
+                self.fail(name, f"must be non-negative, got {value}")
+
+    def tensor_dtype(self, field: str, dtype: DType) -> None:
+        if dtype not in _TENSOR_DTYPES:
+            self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, FP16, FP32")
+
+    def sram(
+        self,
+        addr_field: str,
+        strides_field: str,
+        addr: int,
+        shape: Sequence[int],
+        strides: Sequence[int],
+        dtype: DType,
+        distinct: bool,
+    ) -> None:
+        """Bounds, alignment and (for ``distinct``) overlap of one SRAM operand."""
+        key = (addr, tuple(shape), tuple(strides), dtype, distinct)
+        if key in self.valid_operands:
+            return
+        if any(s < 0 for s in strides):
+            self.fail(strides_field, f"must be non-negative, got {tuple(strides)}")
+        size = dtype.itemsize
+        if addr % size:
+            self.fail(addr_field, f"SRAM address {addr} is misaligned: must be a multiple of {size} ({dtype.name})")
+        end = addr + (_span(shape, strides) + 1) * size
+        if addr < 0 or end > self.hw.max_sram_bytes:
+            self.fail(
+                addr_field,
+                f"SRAM access out of bounds: bytes [{addr}, {end}) outside [0, {self.hw.max_sram_bytes})",
+            )
+        if distinct and not distinct_elements(shape, strides):
+            self.fail(strides_field, f"elements must be distinct (no zero or overlapping strides): {tuple(strides)}")
+        self.high_water = max(self.high_water, end)
+        self.valid_operands.add(key)
+
+    # ------------------------------------------------------------ per record
+    def dma(self, ins: isa.DmaLoad | isa.DmaStore) -> None:
+        tensors = self.program.tensors
+        if not 0 <= ins.tensor < len(tensors):
+            self.fail("tensor", f"tensor index {ins.tensor} is not in the program's table of {len(tensors)} tensors")
+        decl = tensors[ins.tensor]
+        if ins.dtype != decl.dtype:
+            self.fail(
+                "dtype", f"operand dtype mismatch: {ins.dtype.name} but tensor {decl.name!r} is {decl.dtype.name}"
+            )
+        self.positive(ins, "shape")
+        self.nonnegative(ins, "dram_offset", "dram_strides")
+        last = ins.dram_offset + _span(ins.shape, ins.dram_strides)
+        if last >= self.sizes[ins.tensor]:
+            self.fail(
+                "dram_offset",
+                f"DRAM access out of bounds: elements [{ins.dram_offset}, {last}] of tensor {decl.name!r} "
+                f"which has {self.sizes[ins.tensor]}",
+            )
+        store = isinstance(ins, isa.DmaStore)
+        if store:
+            if decl.kind not in (isa.TensorKind.OUTPUT, isa.TensorKind.SCRATCH):
+                self.fail(
+                    "tensor",
+                    f"DmaStore writes only OUTPUT or SCRATCH tensors; {decl.name!r} is {decl.kind.name}",
+                )
+            if not distinct_elements(ins.shape, ins.dram_strides):
+                self.fail("dram_strides", f"destination elements must be distinct, got {ins.dram_strides}")
+        self.sram("sram_addr", "sram_strides", ins.sram_addr, ins.shape, ins.sram_strides, ins.dtype, True)
+
+    def matmul(self, ins: isa.MatMul) -> None:
+        self.tensor_dtype("in_dtype", ins.in_dtype)
+        self.positive(ins, "m", "n", "k")
+        self.sram("a_addr", "a_strides", ins.a_addr, (ins.m, ins.k), ins.a_strides, ins.in_dtype, True)
+        self.sram("b_addr", "b_strides", ins.b_addr, (ins.k, ins.n), ins.b_strides, ins.in_dtype, True)
+        self.sram("c_addr", "c_strides", ins.c_addr, (ins.m, ins.n), ins.c_strides, ins.acc_dtype, True)
+
+    def conv(self, ins: isa.Conv) -> None:
+        self.tensor_dtype("in_dtype", ins.in_dtype)
+        self.positive(
+            ins, "in_c", "in_h", "in_w", "out_c", "out_h", "out_w", "kernel_h", "kernel_w",
+            "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
+        )  # fmt: skip
+        self.nonnegative(ins, "pad_top", "pad_left", "pad_bottom", "pad_right")
+        for name in ("in_c", "out_c"):
+            if getattr(ins, name) % ins.groups:
+                self.fail(name, f"{getattr(ins, name)} is not divisible by groups={ins.groups}")
+        for axis, kernel, dilation, pads in (
+            ("h", ins.kernel_h, ins.dilation_h, ("pad_top", "pad_bottom")),
+            ("w", ins.kernel_w, ins.dilation_w, ("pad_left", "pad_right")),
+        ):
+            extent = (kernel - 1) * dilation
+            for pad in pads:
+                if getattr(ins, pad) > extent:
+                    self.fail(pad, f"padding {getattr(ins, pad)} exceeds the dilated kernel extent - 1 = {extent}")
+            self._window(ins, axis, extent + 1)
+        self.sram("in_addr", "in_strides", ins.in_addr, (ins.in_c, ins.in_h, ins.in_w), ins.in_strides,
+                  ins.in_dtype, True)  # fmt: skip
+        w_shape = (ins.out_c, ins.in_c // ins.groups, ins.kernel_h, ins.kernel_w)
+        self.sram("w_addr", "w_strides", ins.w_addr, w_shape, ins.w_strides, ins.in_dtype, True)
+        self.sram("out_addr", "out_strides", ins.out_addr, (ins.out_c, ins.out_h, ins.out_w), ins.out_strides,
+                  ins.acc_dtype, True)  # fmt: skip
+
+    def _window(self, ins: isa.Conv | isa.Pool, axis: str, window: int) -> None:
+        """The last output's window must end inside the padded input."""
+        out, stride, size = (
+            (ins.out_h, ins.stride_h, ins.pad_top + ins.in_h + ins.pad_bottom)
+            if axis == "h"
+            else (ins.out_w, ins.stride_w, ins.pad_left + ins.in_w + ins.pad_right)
+        )
+        end = (out - 1) * stride + window
+        if end > size:
+            self.fail(
+                f"out_{axis}",
+                f"the last output's window ends at padded {axis} {end}, beyond pad + in_{axis} + pad = {size}",
+            )
+
+    def vec_base(self, ins: isa._VecBase, src: DType, dst: DType) -> None:
+        self.positive(ins, "shape")
+        self.sram("dst_addr", "dst_strides", ins.dst_addr, ins.shape, ins.dst_strides, dst, True)
+        self.sram("src_addr", "src_strides", ins.src_addr, ins.shape, ins.src_strides, src, False)
+
+    def vec_binary(self, ins: isa.VecBinary) -> None:
+        self.op_in(ins, isa.VecBinary.OPS)
+        self.vec_base(ins, ins.dtype, ins.dtype)
+        self.sram("other_addr", "other_strides", ins.other_addr, ins.shape, ins.other_strides, ins.dtype, False)
+
+    def vec_unary(self, ins: isa.VecUnary) -> None:
+        self.op_in(ins, isa.VecUnary.OPS)
+        if ins.op in isa.VecUnary.TRANSCENDENTAL and not ins.dtype.is_float:
+            self.fail("dtype", f"{ins.op.name} needs a float dtype (FP16, FP32), got {ins.dtype.name}")
+        self.vec_base(ins, ins.dtype, ins.dtype)
+
+    def vec_clip(self, ins: isa.VecClip) -> None:
+        for name in ("lo", "hi"):
+            value = getattr(ins, name)
+            if math.isnan(value):
+                self.fail(name, "must not be NaN")
+            if not ins.dtype.is_float:
+                lo, hi = _INT_RANGE[ins.dtype]
+                if not math.isfinite(value) or value != int(value):
+                    self.fail(name, f"must be an integer for {ins.dtype.name}, got {value}")
+                if not lo <= value <= hi:
+                    self.fail(name, f"{value} is outside the {ins.dtype.name} range [{lo}, {hi}]")
+        if ins.lo > ins.hi:
+            self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
+        self.vec_base(ins, ins.dtype, ins.dtype)
+
+    def vec_scale(self, ins: isa.VecScale) -> None:
+        if not ins.dtype.is_float:
+            self.fail("dtype", f"VSCALE needs a float dtype (FP16, FP32), got {ins.dtype.name}")
+        for name in ("scale", "shift"):
+            if not math.isfinite(getattr(ins, name)):
+                self.fail(name, f"must be finite, got {getattr(ins, name)}")
+        self.vec_base(ins, ins.dtype, ins.dtype)
+
+    def vec_bias_add(self, ins: isa.VecBiasAdd) -> None:
+        if ins.axis not in (0, 1, 2):
+            self.fail("axis", f"must be 0, 1 or 2, got {ins.axis}")
+        self.vec_base(ins, ins.dtype, ins.dtype)
+        self.sram("bias_addr", "axis", ins.bias_addr, (ins.shape[ins.axis],), (1,), ins.dtype, False)
+
+    def vec_requant(self, ins: isa.VecRequant) -> None:
+        if not 0 <= ins.shift <= MAX_REQUANT_SHIFT:
+            self.fail("shift", f"must be in 0..{MAX_REQUANT_SHIFT}, got {ins.shift}")
+        lo, hi = _INT_RANGE[DType.INT8]
+        if not lo <= ins.zero_point <= hi:
+            self.fail("zero_point", f"must be in the INT8 range [{lo}, {hi}], got {ins.zero_point}")
+        self.vec_base(ins, DType.INT32, DType.INT8)
+
+    def vec_cast(self, ins: isa.VecCast) -> None:
+        self.vec_base(ins, ins.src_dtype, ins.dst_dtype)
+
+    def pool(self, ins: isa.Pool) -> None:
+        self.op_in(ins, isa.Pool.OPS)
+        self.positive(ins, "channels", "in_h", "in_w", "out_h", "out_w", "kernel_h", "kernel_w", "stride_h", "stride_w")
+        self.nonnegative(ins, "pad_top", "pad_left", "pad_bottom", "pad_right")
+        for kernel, pads in ((ins.kernel_h, ("pad_top", "pad_bottom")), (ins.kernel_w, ("pad_left", "pad_right"))):
+            for pad in pads:
+                if getattr(ins, pad) >= kernel:
+                    self.fail(pad, f"padding {getattr(ins, pad)} must be smaller than the kernel ({kernel})")
+        self._window(ins, "h", ins.kernel_h)
+        self._window(ins, "w", ins.kernel_w)
+        self.sram("in_addr", "in_strides", ins.in_addr, (ins.channels, ins.in_h, ins.in_w), ins.in_strides,
+                  ins.dtype, True)  # fmt: skip
+        self.sram("out_addr", "out_strides", ins.out_addr, (ins.channels, ins.out_h, ins.out_w), ins.out_strides,
+                  ins.dtype, True)  # fmt: skip
+
+    def sync(self, ins: isa.Signal | isa.Wait) -> None:
+        if not 0 <= ins.sem < self.hw.num_semaphores:
+            self.fail("sem", f"semaphore {ins.sem} does not exist; accepted: 0..{self.hw.num_semaphores - 1}")
+
+    def op_in(self, ins: isa.VecBinary | isa.VecUnary | isa.Pool, ops: frozenset[isa.Opcode]) -> None:
+        if ins.op not in ops:
+            accepted = sorted(o.name for o in ops)
+            self.fail("op", f"{ins.op!r} is not valid for {type(ins).__name__}; accepted: {accepted}")
+
+
+_CHECKS: dict[type, Callable[[_Checker, object], None]] = {
+    isa.DmaLoad: _Checker.dma,
+    isa.DmaStore: _Checker.dma,
+    isa.MatMul: _Checker.matmul,
+    isa.Conv: _Checker.conv,
+    isa.VecBinary: _Checker.vec_binary,
+    isa.VecUnary: _Checker.vec_unary,
+    isa.VecClip: _Checker.vec_clip,
+    isa.VecScale: _Checker.vec_scale,
+    isa.VecBiasAdd: _Checker.vec_bias_add,
+    isa.VecRequant: _Checker.vec_requant,
+    isa.VecCast: _Checker.vec_cast,
+    isa.Pool: _Checker.pool,
+    isa.Signal: _Checker.sync,
+    isa.Wait: _Checker.sync,
+}
+
+
+# ------------------------------------------------------------ field types
+def _is_int(v: object) -> bool:
+    return type(v) is int
+
+
+def _tuple_of_ints(arity: int) -> Callable[[object], bool]:
+    return lambda v: type(v) is tuple and len(v) == arity and all(type(x) is int for x in v)
+
+
+_TYPE_TESTS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "int": ("an int", _is_int),
+    "bool": ("a bool", lambda v: type(v) is bool),
+    "float": ("a float", lambda v: type(v) in (int, float)),
+    "DType": ("a DType", lambda v: isinstance(v, DType)),
+    "Engine": ("an Engine", lambda v: isinstance(v, isa.Engine)),
+    "Opcode": ("an Opcode", lambda v: isinstance(v, isa.Opcode)),
+    "Strides3": ("a tuple of 3 ints", _tuple_of_ints(3)),
+    "Strides4": ("a tuple of 4 ints", _tuple_of_ints(4)),
+    "tuple[int, int]": ("a tuple of 2 ints", _tuple_of_ints(2)),
+}
+
+
+@cache
+def _field_tests(cls: type) -> tuple[tuple[str, str, Callable[[object], bool]], ...]:
+    return tuple((f.name, *_TYPE_TESTS[f.type]) for f in dataclasses.fields(cls))
+
+
+def _check_types(index: int, instr: object) -> None:
+    """Field types of a record built in Python (decoded programs are typed by construction)."""
+    if type(instr) not in isa.RECORD_OF.values():
+        raise InstructionError(index, type(instr).__name__, "opcode", "not an NPU instruction record")
+    for name, what, test in _field_tests(type(instr)):
+        if not test(getattr(instr, name)):
+            raise InstructionError(index, instr.opcode.name, name, f"must be {what}, got {getattr(instr, name)!r}")
+
+
+# ------------------------------------------------------------ program level
+def _check_tensors(program: isa.Program) -> None:
+    names = set()
+    for i, t in enumerate(program.tensors):
+        if not isinstance(t, isa.TensorDecl) or not isinstance(t.name, str):
+            raise ProgramFormatError(f"tensor table entry #{i} is not a TensorDecl with a string name")
+        if not isinstance(t.dtype, DType) or not isinstance(t.kind, isa.TensorKind):
+            raise ProgramFormatError(f"tensor {t.name!r}: dtype must be a DType and kind a TensorKind")
+        if type(t.shape) is not tuple or not all(type(d) is int and d > 0 for d in t.shape):
+            raise ProgramFormatError(f"tensor {t.name!r}: shape must be a tuple of positive ints, got {t.shape!r}")
+        if t.name in names:
+            raise ProgramFormatError(f"tensor table has a duplicate name {t.name!r}")
+        names.add(t.name)
+        if t.kind == isa.TensorKind.CONSTANT:
+            data = program.constants.get(t.name)
+            if not isinstance(data, np.ndarray) or data.shape != t.shape or data.dtype != t.dtype.np:
+                got = "nothing" if data is None else f"{getattr(data, 'dtype', '?')} {getattr(data, 'shape', '')}"
+                raise ProgramFormatError(f"constant {t.name!r} needs data of {t.dtype.name} {t.shape}, got {got}")
+
+
+def validate(hw: HardwareConfig, program: isa.Program, *, check_types: bool = True) -> int:
+    """Check every rule of the ISA for ``hw``; return the SRAM high-water mark in bytes."""
+    if program.config_hash != hw.config_hash:
+        raise ConfigMismatchError(
+            f"program was compiled for hardware configuration 0x{program.config_hash:016x}, this simulator is "
+            f"0x{hw.config_hash:016x} (target 'npu {hw.target_string()}'); recompile for this target"
+        )
+    _check_tensors(program)
+    instrs = program.instructions
+    if not instrs:
+        raise InstructionError(0, "END", "opcode", "a program must end with exactly one END; it is empty")
+    checker = _Checker(hw, program)
+    last = len(instrs) - 1
+    valid: set[isa.Instruction] = set()  # equal records pass or fail alike: check each once
+    for index, instr in enumerate(instrs):
+        if check_types:
+            _check_types(index, instr)
+        if instr in valid:
+            continue
+        checker.index, checker.op = index, instr.opcode.name
+        if isinstance(instr, isa.End):
+            if index != last:
+                checker.fail("opcode", f"END must be the last instruction (#{last}) and appear once")
+            continue
+        if index == last:
+            checker.fail("opcode", "the last instruction must be END")
+        _CHECKS[type(instr)](checker, instr)
+        valid.add(instr)
+    return checker.high_water

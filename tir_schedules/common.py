@@ -1,0 +1,175 @@
+"""What every NPU template shares: TE pieces for epilogues, copy staging, pipelining.
+
+A template is a function ``schedule(spec, tile) -> Scheduled``: it writes the
+operator in TE, creates the PrimFunc, and schedules it with ``tvm.s_tir``. The
+conventions the codegen relies on:
+
+* every instruction is one blockized block (or, for overlapping halo copies, one
+  loop nest) annotated ``npu.instr`` = ``dma`` / ``zero`` / ``matmul`` / ``conv`` /
+  ``pool`` / ``epi`` (epilogue step index in ``npu.epi``);
+* splits never predicate (``disable_predication``): edge tiles overhang and the
+  codegen clamps them, so blockize always succeeds;
+* the innermost tile loop with more than one iteration carries the
+  ``software_pipeline_stage`` annotation: loads in stage 0, compute in
+  ``stages - 1``, stores in ``stages`` -- ``InjectSoftwarePipeline`` then gives
+  every streamed SRAM buffer ``stages`` versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tvm import s_tir, te, tirx
+
+from tvm_npu.config import ACCUMULATOR, DType
+
+from .ops import Broadcast, EpiKind, Epilogue, OpSpec, TensorRef
+
+SRAM = "global.npu_sram"
+INSTR = "npu.instr"
+EPI = "npu.epi"
+
+
+@dataclass
+class Scheduled:
+    """A scheduled operator and what the codegen needs to read it."""
+
+    spec: OpSpec
+    tile: object
+    sch: s_tir.Schedule
+    roles: dict[str, str] = field(default_factory=dict)  # SRAM buffer name -> role
+    axes: dict[str, str] = field(default_factory=dict)  # role -> axis names of its buffer dims
+    aliases: dict[str, str] = field(default_factory=dict)  # SRAM buffer -> buffer it may share storage with
+    loads: list[s_tir.SBlockRV] = field(default_factory=list)
+    stores: list[s_tir.SBlockRV] = field(default_factory=list)
+
+
+def placeholder(ref: TensorRef, shape: Sequence[int] | None = None) -> te.Tensor:
+    """The TE input for a DRAM tensor (a reshaped view when ``shape`` is given)."""
+    return te.placeholder(tuple(shape or ref.shape), ref.dtype.np.name, name=ref.name)
+
+
+def acc_dtype(dtype: DType) -> str:
+    return ACCUMULATOR[dtype].np.name
+
+
+def _apply(kind: EpiKind, x: tirx.PrimExpr, y: tirx.PrimExpr | None, step: Epilogue) -> tirx.PrimExpr:
+    dt = x.dtype
+    if kind in (EpiKind.BIAS, EpiKind.ADD):
+        return x + y
+    if kind == EpiKind.SUB:
+        return x - y
+    if kind == EpiKind.MUL:
+        return x * y
+    if kind == EpiKind.MAX:
+        return tirx.max(x, y)
+    if kind == EpiKind.MIN:
+        return tirx.min(x, y)
+    if kind == EpiKind.RELU:
+        return tirx.max(x, tirx.const(0, dt))
+    if kind == EpiKind.CLIP:
+        return tirx.min(tirx.max(x, tirx.const(step.lo, dt)), tirx.const(step.hi, dt))
+    if kind == EpiKind.SIGMOID:
+        return tirx.sigmoid(x)
+    if kind == EpiKind.TANH:
+        return tirx.tanh(x)
+    if kind == EpiKind.GELU:
+        return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.erf(x * tirx.const(0.7071067811865476, dt)))
+    raise ValueError(f"no TE form for epilogue {kind}")
+
+
+def epilogue_stages(
+    spec: OpSpec,
+    acc: te.Tensor,
+    channel_of: Callable[[tuple], tirx.PrimExpr],
+    operand_shape: Sequence[int] | None = None,
+) -> tuple[list[te.Tensor], dict[int, te.Tensor]]:
+    """TE stages applying ``spec.epilogue`` to ``acc`` elementwise; returns (stages, operand inputs).
+
+    ``channel_of(idx)`` gives the channel index of an output element (for per-channel
+    operands); full-shape operands are viewed with ``operand_shape`` (default: acc's).
+    Stage ``i`` is named ``epi{i}``, except the last, which is named after the
+    operator's DRAM output (the codegen maps TIR buffer names to DRAM tensors).
+    """
+    stages: list[te.Tensor] = []
+    operands: dict[int, te.Tensor] = {}
+    prev = acc
+    for i, step in enumerate(spec.epilogue):
+        operand = None
+        if step.operand is not None:
+            if step.broadcast == Broadcast.CHANNEL:
+                operand = placeholder(step.operand, (step.operand.size,))
+            else:
+                operand = placeholder(step.operand, operand_shape or acc.shape)
+            operands[i] = operand
+        name = spec.out.name if i == len(spec.epilogue) - 1 else f"epi{i}"
+        prev = te.compute(acc.shape, _stage_body(prev, operand, step, channel_of), name=name)
+        stages.append(prev)
+    return stages, operands
+
+
+def _stage_body(prev: te.Tensor, operand: te.Tensor | None, step: Epilogue,
+                channel_of: Callable[[tuple], tirx.PrimExpr]) -> Callable:
+    def body(*idx):
+        y = None
+        if operand is not None:
+            y = operand[channel_of(idx)] if step.broadcast == Broadcast.CHANNEL else operand[idx]
+        return _apply(step.kind, prev[idx], y, step)
+
+    return body
+
+
+def split(sch: s_tir.Schedule, loop: s_tir.LoopRV, tile: int) -> tuple[s_tir.LoopRV, s_tir.LoopRV]:
+    """Split without predicates: the last tile overhangs (the codegen clamps it)."""
+    return sch.split(loop, [None, tile], disable_predication=True)
+
+
+def attach(sch: s_tir.Schedule, block: s_tir.SBlockRV, loop: s_tir.LoopRV, kind: str,
+           epi: int | None = None, reverse: bool = False) -> s_tir.SBlockRV:
+    """Move a stage under ``loop`` and mark the loop nest it gets there as one instruction site.
+
+    The nest, not a blockized block, is the site: at edge tiles the nest carries a
+    predicate (which blockize rejects) and the codegen clamps instead.
+    """
+    (sch.reverse_compute_at if reverse else sch.compute_at)(block, loop)
+    loops = sch.get_loops(block)
+    target = sch.get(loop)
+    pos = next(i for i, lp in enumerate(loops) if sch.get(lp).same_as(target))
+    site = loops[pos + 1] if pos + 1 < len(loops) else block
+    mark(sch, site, kind, epi)
+    return block
+
+
+def mark(sch: s_tir.Schedule, site: s_tir.SBlockRV | s_tir.LoopRV, kind: str, epi: int | None = None) -> None:
+    """Annotate a block or loop as one instruction site of ``kind``."""
+    sch.annotate(site, INSTR, kind)
+    if epi is not None:
+        sch.annotate(site, EPI, epi)
+
+
+def buffer_name(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> str:
+    """Name of the buffer a block writes."""
+    return sch.get(block).writes[0].source.name
+
+
+def pipeline(sch: s_tir.Schedule, loop: s_tir.LoopRV, stages: int, loads: Sequence[s_tir.SBlockRV],
+             stores: Sequence[s_tir.SBlockRV]) -> None:
+    """Annotate ``loop`` for ``InjectSoftwarePipeline`` (no-op for one stage or one iteration)."""
+    extent = sch.get(loop).extent
+    if stages < 2 or not isinstance(extent, tirx.IntImm) or int(extent.value) < 2:
+        return
+    load_names = {sch.get(b).name_hint for b in loads}
+    store_names = {sch.get(b).name_hint for b in stores}
+    children = sch.get_child_blocks(loop)
+    stage_of = []
+    for b in children:
+        name = sch.get(b).name_hint
+        stage_of.append(0 if name in load_names else stages if name in store_names else stages - 1)
+    sch.annotate(loop, "software_pipeline_stage", stage_of)
+    sch.annotate(loop, "software_pipeline_order", list(range(len(children))))
+
+
+def extent(sch: s_tir.Schedule, loop: s_tir.LoopRV) -> int:
+    return int(sch.get(loop).extent.value)
+

@@ -1,0 +1,205 @@
+"""Typed descriptions of the operators the NPU runs: the contract between stages.
+
+The pattern table turns a matched Relax region into one of these specs, the
+cost model and the templates read them, and the codegen lowers them. A spec names
+its DRAM tensors (:class:`TensorRef`); it never holds TVM objects, so it is
+hashable, printable and cheap to pass around.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from tvm_npu.config import DType
+
+
+class EpiKind(enum.Enum):
+    """Elementwise steps applied to an operator's output tile while it is in SRAM."""
+
+    BIAS = "bias"  # + per-channel vector
+    ADD = "add"  # + tensor of the output's shape (residual) or per-channel vector
+    SUB = "sub"
+    MUL = "mul"
+    MAX = "max"
+    MIN = "min"
+    RELU = "relu"
+    CLIP = "clip"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    GELU = "gelu"
+
+    @property
+    def binary(self) -> bool:
+        return self in _BINARY
+
+
+_BINARY = frozenset({EpiKind.BIAS, EpiKind.ADD, EpiKind.SUB, EpiKind.MUL, EpiKind.MAX, EpiKind.MIN})
+
+
+class Broadcast(enum.Enum):
+    """How a binary epilogue operand lines up with the output tile."""
+
+    FULL = "full"  # same shape as the output
+    CHANNEL = "channel"  # one value per output channel
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A DRAM tensor by name, with its static shape, element type and layout string."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    layout: str = ""
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def dim(self, axis: str) -> int:
+        """Extent of a named axis of the layout (``"C"`` of ``"NCHW"``)."""
+        return self.shape[self.layout.index(axis)]
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """One elementwise step on the output tile; binary steps read ``operand`` from DRAM."""
+
+    kind: EpiKind
+    operand: TensorRef | None = None
+    broadcast: Broadcast = Broadcast.FULL
+    lo: float = 0.0
+    hi: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind.binary != (self.operand is not None):
+            raise ValueError(f"epilogue {self.kind.value} {'needs' if self.kind.binary else 'takes no'} operand")
+
+
+@dataclass(frozen=True)
+class _OpBase:
+    name: str
+    out: TensorRef
+    epilogue: tuple[Epilogue, ...] = field(default=(), kw_only=True)
+
+    def with_epilogue(self, *steps: Epilogue) -> OpSpec:
+        return replace(self, epilogue=self.epilogue + steps)
+
+    @property
+    def inputs(self) -> tuple[TensorRef, ...]:
+        """Every DRAM tensor the operator reads, epilogue operands included."""
+        return self._main_inputs() + tuple(e.operand for e in self.epilogue if e.operand is not None)
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Conv2dSpec(_OpBase):
+    """2-D convolution; ``data``/``out`` in NCHW or NHWC, ``weight`` in OIHW."""
+
+    data: TensorRef
+    weight: TensorRef
+    strides: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    groups: int = 1
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.data, self.weight)
+
+    @property
+    def layout(self) -> str:
+        return self.data.layout
+
+    @property
+    def in_channels(self) -> int:
+        return self.data.dim("C")
+
+    @property
+    def out_channels(self) -> int:
+        return self.out.dim("C")
+
+    @property
+    def kernel(self) -> tuple[int, int]:
+        return self.weight.shape[2], self.weight.shape[3]
+
+    @property
+    def macs(self) -> int:
+        kh, kw = self.kernel
+        return self.out.size * (self.in_channels // self.groups) * kh * kw
+
+
+@dataclass(frozen=True)
+class MatmulSpec(_OpBase):
+    """``out[b, m, n] = sum_k a[b, m, k] * b[(b,) k, n]``; ``b`` may be transposed (``[n, k]``)."""
+
+    a: TensorRef
+    b: TensorRef
+    transpose_b: bool = False
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.a, self.b)
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        m, k = self.a.shape[-2:]
+        n = self.b.shape[-2] if self.transpose_b else self.b.shape[-1]
+        return m, n, k
+
+    @property
+    def batch(self) -> int:
+        return math.prod(self.a.shape[:-2])
+
+    @property
+    def macs(self) -> int:
+        m, n, k = self.mnk
+        return self.batch * m * n * k
+
+
+class PoolKind(enum.Enum):
+    MAX = "max"
+    AVG = "avg"
+
+
+@dataclass(frozen=True)
+class PoolSpec(_OpBase):
+    """Max / average pooling over H and W (global pooling is a window of the whole image)."""
+
+    data: TensorRef
+    kind: PoolKind
+    kernel: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    count_include_pad: bool = False
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.data,)
+
+    @property
+    def layout(self) -> str:
+        return self.data.layout
+
+    macs = 0
+
+
+@dataclass(frozen=True)
+class ElementwiseSpec(_OpBase):
+    """``out = epilogue(data)``: a chain of elementwise steps streamed through SRAM."""
+
+    data: TensorRef
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.data,)
+
+    macs = 0
+
+
+OpSpec = Union[Conv2dSpec, MatmulSpec, PoolSpec, ElementwiseSpec]

@@ -1,0 +1,86 @@
+"""Template parameters: one frozen, hashable record per operator kind.
+
+These are what the cost model chooses, the tuner searches and tuning records
+store; a template is fully determined by its spec and one of these.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Union
+
+
+class Order(enum.Enum):
+    """Which operand stays in SRAM while the other streams through the pipelined loop."""
+
+    A_STATIONARY = "a"  # matmul: rows of A kept, B tiles stream (n inner); conv: input kept, weights stream
+    B_STATIONARY = "b"  # matmul: B kept, A streams (m inner); conv: weights kept, input tiles stream
+
+
+@dataclass(frozen=True)
+class MatmulTile:
+    tm: int
+    tn: int
+    tk: int
+    order: Order = Order.A_STATIONARY
+    stages: int = 2
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """Output channels, output rows, output columns and input channels per tile.
+
+    For grouped convolutions ``tg`` groups form one tile (then ``toc``/``tic`` are per group).
+    """
+
+    toc: int
+    toh: int
+    tow: int
+    tic: int
+    order: Order = Order.B_STATIONARY
+    stages: int = 2
+    tg: int = 1
+
+
+@dataclass(frozen=True)
+class PoolTile:
+    tc: int
+    toh: int
+    tow: int
+    stages: int = 2
+
+
+@dataclass(frozen=True)
+class EltwiseTile:
+    """Tile extent per output dimension."""
+
+    tiles: tuple[int, ...]
+    stages: int = 2
+
+
+TileParams = Union[MatmulTile, ConvTile, PoolTile, EltwiseTile]
+
+
+def tile_to_json(tile: TileParams) -> dict:
+    """A JSON-safe form for tuning records (enums by value, tuples as lists)."""
+    d = {k: (v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v)
+         for k, v in asdict(tile).items()}
+    return {"kind": type(tile).__name__, **d}
+
+
+def tile_from_json(d: dict) -> TileParams:
+    """Inverse of :func:`tile_to_json`; raises ValueError on anything else."""
+    kinds = {c.__name__: c for c in (MatmulTile, ConvTile, PoolTile, EltwiseTile)}
+    d = dict(d)
+    cls = kinds.get(d.pop("kind", None))
+    if cls is None:
+        raise ValueError(f"unknown tile kind in record; accepted: {sorted(kinds)}")
+    if "order" in d:
+        d["order"] = Order(d["order"])
+    if "tiles" in d:
+        d["tiles"] = tuple(int(x) for x in d["tiles"])
+    try:
+        return cls(**d)
+    except TypeError as e:
+        raise ValueError(f"malformed {cls.__name__} record: {e}") from None

@@ -1,0 +1,299 @@
+// Runtime module of kind "npu" for tvm-npu.
+//
+// Python cannot subclass ffi.Module, so this small C++ ModuleObj carries the
+// compiled NPU programs (one opaque byte blob owned by the Python side) through
+// the Relax VM, export_library and load_module. Every exported symbol forwards
+// its (DPS) arguments to the Python global `tvm_npu.runtime.invoke`, which runs
+// the simulator. The blob crosses into Python once per module, through
+// `tvm_npu.runtime.register_blob`, which returns an integer handle.
+//
+// Serialized layout (all integers little-endian):
+//   magic     8 bytes  "TVMNPUM1"
+//   version   u32      kFormatVersion
+//   reserved  u32      0
+//   length    u64      number of payload bytes that follow the header
+//   checksum  u64      FNV-1a 64 of the payload
+//   payload:  u64 num_symbols, {u64 len, bytes}*num_symbols, u64 blob_len, blob
+// Every read is bounds checked so that a damaged library raises an error
+// instead of crashing the process.
+
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/cast.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/string.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace tvm_npu {
+namespace {
+
+using tvm::ffi::Any;
+using tvm::ffi::AnyView;
+using tvm::ffi::Array;
+using tvm::ffi::Bytes;
+using tvm::ffi::Function;
+using tvm::ffi::make_object;
+using tvm::ffi::Module;
+using tvm::ffi::ModuleObj;
+using tvm::ffi::Optional;
+using tvm::ffi::PackedArgs;
+using tvm::ffi::String;
+
+constexpr const char* kKind = "npu";
+constexpr const char kMagic[8] = {'T', 'V', 'M', 'N', 'P', 'U', 'M', '1'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + 8;
+constexpr const char* kRegisterBlobName = "tvm_npu.runtime.register_blob";
+constexpr const char* kInvokeName = "tvm_npu.runtime.invoke";
+// Introspection entries answered by GetFunction besides the exported symbols.
+constexpr const char* kGetBlobName = "__npu_get_blob";
+constexpr const char* kGetSymbolsName = "__npu_get_symbols";
+
+uint64_t Fnv1a64(const char* data, size_t size) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= static_cast<unsigned char>(data[i]);
+    hash *= 1099511628211ULL;
+  }
+  return hash;
+}
+
+void PutU32(std::string* out, uint32_t value) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+}
+
+void PutU64(std::string* out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+}
+
+void PutBytes(std::string* out, const char* data, size_t size) {
+  PutU64(out, static_cast<uint64_t>(size));
+  out->append(data, size);
+}
+
+// Bounds-checked little-endian reader over a byte range; throws ValueError.
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : data_(data), size_(size) {}
+
+  size_t remaining() const { return size_ - pos_; }
+
+  uint64_t U64(const char* what) {
+    Need(8, what);
+    uint64_t value = 0;
+    for (int i = 0; i < 8; ++i) {
+      value |= static_cast<uint64_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    }
+    pos_ += 8;
+    return value;
+  }
+
+  uint32_t U32(const char* what) {
+    Need(4, what);
+    uint32_t value = 0;
+    for (int i = 0; i < 4; ++i) {
+      value |= static_cast<uint32_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    }
+    pos_ += 4;
+    return value;
+  }
+
+  std::string Str(const char* what) {
+    uint64_t size = U64(what);
+    Need(size, what);
+    std::string value(data_ + pos_, static_cast<size_t>(size));
+    pos_ += static_cast<size_t>(size);
+    return value;
+  }
+
+  const char* Raw(size_t size, const char* what) {
+    Need(size, what);
+    const char* ptr = data_ + pos_;
+    pos_ += size;
+    return ptr;
+  }
+
+ private:
+  void Need(uint64_t size, const char* what) const {
+    if (size > remaining()) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: truncated while reading " << what
+                                << " (need " << size << " bytes, " << remaining() << " left)";
+    }
+  }
+
+  const char* data_;
+  size_t size_;
+  size_t pos_{0};
+};
+
+Function RequirePythonGlobal(const char* name) {
+  std::optional<Function> func = Function::GetGlobal(name);
+  if (!func.has_value()) {
+    TVM_FFI_THROW(RuntimeError) << "Global function `" << name
+                                << "` is not registered: `import tvm_npu` (tvm_npu.runtime_module) in this process "
+                                << "before creating, loading or running NPU modules";
+  }
+  return *func;
+}
+
+class NpuModuleObj final : public ModuleObj {
+ public:
+  NpuModuleObj(Bytes blob, Array<String> symbols)
+      : blob_(std::move(blob)), symbols_(std::move(symbols)) {
+    for (const String& symbol : symbols_) {
+      if (symbol.size() == 0) {
+        TVM_FFI_THROW(ValueError) << "tvm_npu module: empty symbol name";
+      }
+      if (!symbol_set_.insert(std::string(symbol)).second) {
+        TVM_FFI_THROW(ValueError) << "tvm_npu module: duplicate symbol `" << symbol << "`";
+      }
+    }
+    // Hand the blob to Python once; calls then only carry the integer handle.
+    Any handle = RequirePythonGlobal(kRegisterBlobName)(blob_);
+    handle_ = handle.cast<int64_t>();
+  }
+
+  const char* kind() const final { return kKind; }
+
+  int GetPropertyMask() const final { return Module::kBinarySerializable | Module::kRunnable; }
+
+  Optional<Function> GetFunction(const String& name) final {
+    if (name == kGetBlobName) {
+      return Function::FromPacked([blob = blob_](PackedArgs, Any* rv) { *rv = blob; });
+    }
+    if (name == kGetSymbolsName) {
+      return Function::FromPacked([symbols = symbols_](PackedArgs, Any* rv) { *rv = symbols; });
+    }
+    if (symbol_set_.count(std::string(name)) == 0) return std::nullopt;
+    Module self = tvm::ffi::GetRef<Module>(this);
+    int64_t handle = handle_;
+    String symbol = name;
+    // The closure holds `self` so the module (and its handle) outlives the VM's
+    // cached function.
+    return Function::FromPacked([self, handle, symbol](PackedArgs args, Any* rv) {
+      (void)self;
+      Function invoke = RequirePythonGlobal(kInvokeName);
+      std::vector<AnyView> forwarded(static_cast<size_t>(args.size()) + 2);
+      forwarded[0] = handle;
+      forwarded[1] = symbol;
+      for (int32_t i = 0; i < args.size(); ++i) forwarded[i + 2] = args[i];
+      invoke.CallPacked(forwarded.data(), static_cast<int32_t>(forwarded.size()), rv);
+    });
+  }
+
+  bool ImplementsFunction(const String& name) final {
+    return name == kGetBlobName || name == kGetSymbolsName ||
+           symbol_set_.count(std::string(name)) != 0;
+  }
+
+  Bytes SaveToBytes() const final {
+    std::string payload;
+    PutU64(&payload, static_cast<uint64_t>(symbols_.size()));
+    for (const String& symbol : symbols_) PutBytes(&payload, symbol.data(), symbol.size());
+    PutBytes(&payload, blob_.data(), blob_.size());
+
+    std::string out(kMagic, sizeof(kMagic));
+    PutU32(&out, kFormatVersion);
+    PutU32(&out, 0);
+    PutU64(&out, static_cast<uint64_t>(payload.size()));
+    PutU64(&out, Fnv1a64(payload.data(), payload.size()));
+    out += payload;
+    return Bytes(std::move(out));
+  }
+
+  String InspectSource(const String& /*format*/) const final {
+    std::string text = "// tvm_npu module: " + std::to_string(blob_.size()) + " blob bytes\n";
+    for (const String& symbol : symbols_) text += "// symbol " + std::string(symbol) + "\n";
+    return String(text);
+  }
+
+  static Module LoadFromBytes(const Bytes& bytes) {
+    Reader header(bytes.data(), bytes.size());
+    const char* magic = header.Raw(sizeof(kMagic), "magic");
+    if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: bad magic";
+    }
+    uint32_t version = header.U32("version");
+    if (version != kFormatVersion) {
+      TVM_FFI_THROW(ValueError) << "tvm_npu module format version " << version
+                                << " is not supported (expected " << kFormatVersion << ")";
+    }
+    if (header.U32("reserved") != 0) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: reserved header field is not zero";
+    }
+    uint64_t length = header.U64("payload length");
+    uint64_t checksum = header.U64("checksum");
+    if (length != header.remaining()) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: payload length " << length
+                                << " does not match the " << header.remaining()
+                                << " bytes present";
+    }
+    const char* payload = header.Raw(static_cast<size_t>(length), "payload");
+    if (Fnv1a64(payload, static_cast<size_t>(length)) != checksum) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: checksum mismatch";
+    }
+
+    Reader reader(payload, static_cast<size_t>(length));
+    uint64_t num_symbols = reader.U64("symbol count");
+    if (num_symbols > reader.remaining() / 8) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: implausible symbol count "
+                                << num_symbols;
+    }
+    Array<String> symbols;
+    for (uint64_t i = 0; i < num_symbols; ++i) symbols.push_back(String(reader.Str("symbol")));
+    std::string blob = reader.Str("program blob");
+    if (reader.remaining() != 0) {
+      TVM_FFI_THROW(ValueError) << "Corrupted tvm_npu module: " << reader.remaining()
+                                << " trailing bytes";
+    }
+    return Create(Bytes(std::move(blob)), std::move(symbols));
+  }
+
+  static Module Create(Bytes blob, Array<String> symbols) {
+    return Module(make_object<NpuModuleObj>(std::move(blob), std::move(symbols)));
+  }
+
+ private:
+  Bytes blob_;
+  Array<String> symbols_;
+  std::unordered_set<std::string> symbol_set_;
+  int64_t handle_{-1};
+};
+
+}  // namespace
+
+// Entry points exported from the shared library. They are deliberately not
+// registered as globals by a static initializer: GlobalDef throws on duplicate
+// names, and a throw during dlopen (e.g. when a rebuilt copy of this library is
+// loaded into the same process) would abort the process. The Python side wraps
+// them in the globals `tvm_npu.runtime.create_module` and
+// `ffi.Module.load_from_bytes.npu`, registered with override=True.
+Module CreateModule(Bytes blob, Array<String> symbols) {
+  return NpuModuleObj::Create(std::move(blob), std::move(symbols));
+}
+
+Module LoadModuleFromBytes(Bytes bytes) { return NpuModuleObj::LoadFromBytes(bytes); }
+
+// The serialized form, as export_library embeds it; Python has no other way to get it.
+Bytes SaveModuleToBytes(Module mod) {
+  if (std::strcmp(mod->kind(), kKind) != 0) {
+    TVM_FFI_THROW(TypeError) << "expected a module of kind `" << kKind << "`, got `" << mod->kind()
+                             << "`";
+  }
+  return mod->SaveToBytes();
+}
+
+}  // namespace tvm_npu
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module, tvm_npu::CreateModule);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_load_from_bytes, tvm_npu::LoadModuleFromBytes);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_save_to_bytes, tvm_npu::SaveModuleToBytes);

@@ -1,0 +1,258 @@
+"""The single source of truth for the NPU's hardware and the compiler's options.
+
+A target string such as ``"npu -max-sram-bytes=1048576 -pipeline-stages=2"`` is
+parsed exactly once, by :func:`parse_target`, into two frozen dataclasses:
+:class:`HardwareConfig` (what the machine is; the simulator, the cost model and the
+roofline bound all read it) and :class:`CompilerOptions` (how the compiler should
+use it). Every other hardware number in the project is derived from these objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+
+class DType(enum.IntEnum):
+    """Element types the NPU moves and computes on (codes are part of the ISA encoding)."""
+
+    INT8 = 0
+    INT32 = 1
+    FP16 = 2
+    FP32 = 3
+
+    @property
+    def np(self) -> np.dtype:
+        """The numpy dtype that holds this element type bit-exactly."""
+        return np.dtype(_NP_NAMES[self])
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.FP16, DType.FP32)
+
+    @classmethod
+    def from_str(cls, name: str) -> DType:
+        """Map a TVM / numpy dtype name (``"float32"``, ``"int8"`` ...) to a DType."""
+        try:
+            return _FROM_NAMES[str(name)]
+        except KeyError:
+            accepted = ", ".join(sorted(_FROM_NAMES))
+            raise ValueError(f"dtype {name!r} is not supported by the NPU; accepted: {accepted}") from None
+
+
+_NP_NAMES = {DType.INT8: "int8", DType.INT32: "int32", DType.FP16: "float16", DType.FP32: "float32"}
+_FROM_NAMES = {v: k for k, v in _NP_NAMES.items()}
+
+#: Accumulator type of the tensor engine for each operand type (datasheet: int32 / fp32).
+ACCUMULATOR = {DType.INT8: DType.INT32, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
+
+
+def _key(name: str) -> str:
+    """Dataclass field name -> target-string key (``max_sram_bytes`` -> ``max-sram-bytes``)."""
+    return name.replace("_", "-")
+
+
+def _field(default: Any, lo: int | None = None, hi: int | None = None, doc: str = "", **kw: Any) -> Any:
+    return field(default=default, metadata={"lo": lo, "hi": hi, "doc": doc, **kw})
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """The simulated NPU (``shared/NPU_DATASHEET.md``); every field is a ``-key=value`` target option.
+
+    Fields the datasheet does not name (``num-semaphores``, the engines' fixed
+    per-instruction overheads, the cost of transcendental functions) are the
+    choices documented in ``docs/architecture.md``.
+    """
+
+    clock_mhz: int = _field(1000, 1, 100_000, "clock frequency in MHz")
+    mac_rows: int = _field(16, 1, 1024, "tensor-engine rows (reduction dimension of a pass)")
+    mac_cols: int = _field(16, 1, 1024, "tensor-engine columns (output channels of a pass)")
+    vector_lanes: int = _field(32, 1, 4096, "vector-engine lanes (elements per cycle)")
+    max_sram_bytes: int = _field(1 << 20, 4096, 1 << 30, "on-chip SRAM scratchpad size in bytes")
+    sram_align_bytes: int = _field(64, 1, 4096, "alignment of every SRAM allocation", pow2=True)
+    dram_bytes_per_cycle: int = _field(16, 1, 4096, "DRAM bandwidth shared by loads and stores")
+    dma_latency: int = _field(100, 0, 1_000_000, "fixed cycles every DMA descriptor pays")
+    dram_burst_bytes: int = _field(64, 1, 4096, "DRAM burst size; partial bursts waste the rest", pow2=True)
+    num_semaphores: int = _field(64, 2, 4096, "counting semaphores between engines")
+    fp32_mac_slowdown: int = _field(4, 1, 64, "an fp32 MAC takes this many int8/fp16 MAC slots")
+    tensor_issue_cycles: int = _field(32, 0, 100_000, "fixed cycles per tensor instruction (array fill/drain)")
+    vector_issue_cycles: int = _field(8, 0, 100_000, "fixed cycles per vector instruction")
+    transcendental_cycles: int = _field(4, 1, 1024, "cycles per lane-group for sigmoid/tanh/gelu")
+
+    def __post_init__(self) -> None:
+        _validate_ranges(self)
+        if self.max_sram_bytes % self.sram_align_bytes:
+            raise ValueError(
+                f"-max-sram-bytes={self.max_sram_bytes} is not a multiple of "
+                f"-sram-align-bytes={self.sram_align_bytes}; accepted: a multiple of the alignment"
+            )
+
+    # ---- derived values: the only place they are computed ----
+    def peak_macs_per_cycle(self, dtype: DType) -> float:
+        """Peak tensor-engine MACs per cycle for an operand type."""
+        if dtype == DType.FP32:
+            return self.mac_rows * self.mac_cols / self.fp32_mac_slowdown
+        if dtype in (DType.INT8, DType.FP16):
+            return float(self.mac_rows * self.mac_cols)
+        raise ValueError(f"the tensor engine takes int8, fp16 or fp32 operands, not {dtype.name}")
+
+    def mac_pass_cycles(self, dtype: DType) -> int:
+        """Cycles to stream one row through the array for an operand type."""
+        return self.fp32_mac_slowdown if dtype == DType.FP32 else 1
+
+    def sram_capacity(self, dtype: DType) -> int:
+        """SRAM capacity in elements of ``dtype``."""
+        return self.max_sram_bytes // dtype.itemsize
+
+    def align(self, nbytes: int) -> int:
+        """Round a byte count up to the SRAM allocation alignment."""
+        a = self.sram_align_bytes
+        return -(-nbytes // a) * a
+
+    def cycles_to_seconds(self, cycles: float) -> float:
+        return cycles / (self.clock_mhz * 1e6)
+
+    @property
+    def config_hash(self) -> int:
+        """A stable 64-bit hash of every field, stamped into programs compiled for this machine."""
+        text = ";".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+    def target_string(self) -> str:
+        """The ``-key=value`` options that differ from the defaults (round-trips through parse)."""
+        return _options_string(self)
+
+
+class Layout(enum.Enum):
+    """Activation layouts the compiler can plan for."""
+
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class CompilerOptions:
+    """How the compiler uses the hardware; every field is a ``-key=value`` target option."""
+
+    pipeline_stages: int = _field(2, 1, 3, "SRAM buffers per streamed operand (1 none, 2 double, 3 triple buffering)")
+    layout_pref: Layout = _field(Layout.AUTO, doc="activation layout: NCHW, NHWC or auto (planner decides)")
+    fusion: int = _field(1, 0, 2, "0 every op to DRAM, 1 fuse epilogues in SRAM, 2 also keep small intermediates on chip")
+    tile_min: int = _field(1, 1, 1 << 20, "smallest tile extent the tile search considers")
+    tile_max: int = _field(4096, 1, 1 << 20, "largest tile extent the tile search considers")
+
+    def __post_init__(self) -> None:
+        _validate_ranges(self)
+        if not isinstance(self.layout_pref, Layout):
+            raise ValueError(f"-layout-pref={self.layout_pref!r} is invalid; accepted: NCHW|NHWC|auto")
+        if self.tile_min > self.tile_max:
+            raise ValueError(
+                f"-tile-min={self.tile_min} is larger than -tile-max={self.tile_max}; "
+                "accepted: tile-min <= tile-max"
+            )
+
+    def target_string(self) -> str:
+        return _options_string(self)
+
+
+@dataclass(frozen=True)
+class NpuTarget:
+    """A parsed ``npu ...`` target: the hardware and the compiler options, nothing else."""
+
+    hw: HardwareConfig = field(default_factory=HardwareConfig)
+    options: CompilerOptions = field(default_factory=CompilerOptions)
+
+    def __str__(self) -> str:
+        rest = " ".join(s for s in (self.hw.target_string(), self.options.target_string()) if s)
+        return f"npu {rest}".strip()
+
+
+def _validate_ranges(obj: Any) -> None:
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
+        if lo is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"-{_key(f.name)}={value!r} is out of range; accepted: an integer in {lo}..{hi}")
+        if f.metadata.get("pow2") and value & (value - 1):
+            raise ValueError(f"-{_key(f.name)}={value} is not a power of two; accepted: a power of two")
+
+
+def _options_string(obj: Any) -> str:
+    parts = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value != f.default:
+            shown = value.value if isinstance(value, enum.Enum) else value
+            parts.append(f"-{_key(f.name)}={shown}")
+    return " ".join(parts)
+
+
+_KEYS: dict[str, tuple[type, dataclasses.Field]] = {
+    _key(f.name): (cls, f) for cls in (HardwareConfig, CompilerOptions) for f in fields(cls)
+}
+
+
+def _convert(key: str, f: dataclasses.Field, text: str) -> Any:
+    if f.type in ("Layout", Layout):
+        for layout in Layout:
+            if text.lower() == layout.value.lower():
+                return layout
+        accepted = "|".join(x.value for x in Layout)
+        raise ValueError(f"invalid value {text!r} for target key -{key}; accepted: {accepted}")
+    try:
+        return int(text, 0)
+    except ValueError:
+        lo, hi = f.metadata["lo"], f.metadata["hi"]
+        raise ValueError(f"invalid value {text!r} for target key -{key}; accepted: an integer in {lo}..{hi}") from None
+
+
+def parse_target(target: str | NpuTarget) -> NpuTarget:
+    """Parse ``"npu -key=value ..."`` once into hardware and compiler options.
+
+    Raises ``ValueError`` naming the offending key or token and what is accepted.
+    """
+    if isinstance(target, NpuTarget):
+        return target
+    if not isinstance(target, str):
+        raise ValueError(f"target must be a string like 'npu -max-sram-bytes=1048576', not {type(target).__name__}")
+    tokens = target.split()
+    if not tokens or tokens[0] != "npu":
+        kind = tokens[0] if tokens else "<empty>"
+        raise ValueError(
+            f"target kind {kind!r} is not handled by tvm_npu; accepted: 'npu' followed by -key=value options "
+            f"(use tvm.relax.build for other targets)"
+        )
+    values: dict[type, dict[str, Any]] = {HardwareConfig: {}, CompilerOptions: {}}
+    for token in tokens[1:]:
+        if not token.startswith("-") or "=" not in token:
+            raise ValueError(f"malformed target option {token!r}; accepted: -key=value")
+        key, _, text = token.lstrip("-").partition("=")
+        if key not in _KEYS:
+            raise ValueError(f"unknown target key -{key}; accepted keys: {', '.join('-' + k for k in sorted(_KEYS))}")
+        cls, f = _KEYS[key]
+        if f.name in values[cls]:
+            raise ValueError(f"target key -{key} is given twice")
+        values[cls][f.name] = _convert(key, f, text)
+    return NpuTarget(HardwareConfig(**values[HardwareConfig]), CompilerOptions(**values[CompilerOptions]))
+
+
+def target_help() -> list[tuple[str, str, str]]:
+    """``(key, default, meaning)`` for every target option, for ``--help`` and the README."""
+    rows = []
+    for cls in (HardwareConfig, CompilerOptions):
+        for f in fields(cls):
+            default = f.default.value if isinstance(f.default, enum.Enum) else f.default
+            rows.append((f"-{_key(f.name)}", str(default), f.metadata["doc"]))
+    return rows
