@@ -249,7 +249,7 @@ class OperatorEmitter:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
-        handlers = {"dma": self._dma, "zero": self._zero, "matmul": self._matmul, "conv": self._conv,
+        handlers = {"dma": self._dma, "zero": self._zero, "init": self._no_op, "matmul": self._matmul, "conv": self._conv,
                     "pool": self._pool, "epi": self._epilogue}
         for ev in self.walk.events():
             try:
@@ -340,6 +340,9 @@ class OperatorEmitter:
     def _zero(self, ev: Event) -> None:
         (wi, w), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
         self.zeroed.add((w.buffer, tuple(ev.bases[wi])))
+
+    def _no_op(self, ev: Event) -> None:
+        """Pool instructions initialise their own output; the TIR init block needs nothing."""
 
     def _first_write(self, acc: Access, base: Sequence[int]) -> bool:
         key = (acc.buffer, tuple(base))

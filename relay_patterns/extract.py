@@ -1,0 +1,487 @@
+"""Turn a matched Relax region into the typed :mod:`~tvm_npu.tir_schedules.ops` spec.
+
+One walker serves two callers so that they can never disagree:
+
+* the pattern check functions (:func:`extract_from_context`), which build the
+  spec to ask the planner whether the operator fits the NPU at all, and
+* the codegen (:func:`extract_op`), which builds the spec it lowers from the
+  composite function ``FuseOpsByPattern`` produced.
+
+The walker starts at the region's result and follows the chain of elementwise
+steps down to the main operator (conv2d, matmul, a pooling op), or, when the
+chain ends at a tensor from outside the region, treats the last step as an
+elementwise operator of its own. Anything the NPU cannot run raises
+``ValueError`` with the reason, which the check functions turn into "stays on
+the host".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.transform import PatternCheckContext
+
+from tvm_npu.config import DType
+from tvm_npu.tir_schedules.ops import (
+    Broadcast,
+    Conv2dSpec,
+    ElementwiseSpec,
+    EpiKind,
+    Epilogue,
+    MatmulSpec,
+    OpSpec,
+    PoolKind,
+    PoolSpec,
+    TensorRef,
+)
+
+GenericConst = tvm.ir.expr.GenericConst
+
+#: Relax unary ops the NPU's vector engine applies (``relax.nn.relu6`` is legalised to ``clip(x, 0, 6)``).
+UNARY_OPS: dict[str, EpiKind] = {
+    "relax.nn.relu": EpiKind.RELU,
+    "relax.clip": EpiKind.CLIP,
+    "relax.sigmoid": EpiKind.SIGMOID,
+    "relax.tanh": EpiKind.TANH,
+    "relax.nn.gelu": EpiKind.GELU,
+}
+#: Relax binary ops the vector engine applies; all but subtract commute.
+BINARY_OPS: dict[str, EpiKind] = {
+    "relax.add": EpiKind.ADD,
+    "relax.subtract": EpiKind.SUB,
+    "relax.multiply": EpiKind.MUL,
+    "relax.maximum": EpiKind.MAX,
+    "relax.minimum": EpiKind.MIN,
+}
+_TRANSCENDENTAL = frozenset({EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU})
+_SPATIAL_LAYOUTS = ("NCHW", "NHWC")
+#: Non-channel axis letters of an elementwise tensor, by rank (the channel letter is inserted).
+_OTHER_AXES = {1: "", 2: "N", 3: "NW", 4: "NHW"}
+
+
+@dataclass(frozen=True)
+class ExtractedOp:
+    """A spec plus the constant tensors it names (already in the layout the spec states)."""
+
+    spec: OpSpec
+    constants: dict[str, np.ndarray]
+
+
+@dataclass
+class _Step:
+    """One elementwise step of the chain, before its operand is turned into a TensorRef."""
+
+    kind: EpiKind
+    operand: relax.Expr | None = None
+    lo: float = 0.0
+    hi: float = 0.0
+
+
+class _Region:
+    """The matched chain: values bound inside it, DRAM names of what comes from outside."""
+
+    def __init__(self, bindings: Mapping[relax.Var, relax.Expr], name_of: Callable[[relax.Var], str],
+                 const_prefix: str) -> None:
+        self._bindings = bindings
+        self._name_of = name_of
+        self._prefix = const_prefix
+        self.constants: dict[str, np.ndarray] = {}
+
+    def call(self, expr: relax.Expr) -> relax.Call | None:
+        """The call ``expr`` stands for when it is computed inside the region, else None."""
+        while isinstance(expr, relax.Var) and expr in self._bindings:
+            expr = self._bindings[expr]
+        if isinstance(expr, relax.Call):
+            return expr
+        if isinstance(expr, relax.Var | GenericConst):
+            return None
+        raise ValueError(f"unsupported expression in a matched region: {type(expr).__name__}")
+
+    def add_const(self, array: np.ndarray, layout: str = "") -> TensorRef:
+        name = f"{self._prefix}_{len(self.constants)}"
+        self.constants[name] = np.ascontiguousarray(array)
+        return TensorRef(name, tuple(int(d) for d in array.shape), _dtype(array.dtype), layout)
+
+    def ref(self, expr: relax.Expr, layout: str = "") -> TensorRef:
+        """A DRAM tensor for an operand from outside the region (a constant becomes a named constant)."""
+        if isinstance(expr, GenericConst):
+            return self.add_const(const_array(expr), layout)
+        if not isinstance(expr, relax.Var) or self.call(expr) is not None:
+            raise ValueError(f"operand {expr} is not a tensor from outside the matched region")
+        shape, dtype = tensor_type(expr)
+        return TensorRef(self._name_of(expr), shape, dtype, layout)
+
+
+def const_array(expr: relax.Expr) -> np.ndarray:
+    return np.asarray(expr.value.numpy())
+
+
+def _dtype(name: object) -> DType:
+    return DType.from_str(str(name))
+
+
+def tensor_type(expr: relax.Expr) -> tuple[tuple[int, ...], DType]:
+    """Static shape and dtype of a tensor expression; ``ValueError`` for dynamic or non-tensor values."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType):
+        raise ValueError(f"{expr} is not a tensor (type {ty})")
+    if ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
+        raise ValueError(f"{expr} has an unknown shape; the NPU needs static shapes")
+    dims = []
+    for d in ty.shape.values:
+        if not isinstance(d, tvm.tirx.IntImm):
+            raise ValueError(f"{expr} has a symbolic shape {ty.shape}; the NPU needs static shapes")
+        dims.append(int(d))
+    return tuple(dims), _dtype(ty.dtype)
+
+
+def _ints(values: Sequence[object]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _scalar(expr: relax.Expr) -> float:
+    """A clip bound: FloatImm/IntImm argument, or a PrimValue wrapping one."""
+    if isinstance(expr, relax.PrimValue):
+        expr = expr.value
+    if isinstance(expr, tvm.tirx.FloatImm | tvm.tirx.IntImm):
+        return float(expr.value)
+    raise ValueError(f"clip bound {expr} is not a constant")
+
+
+def _padding4(pad: Sequence[int]) -> tuple[int, int, int, int]:
+    """Relax padding (1, 2 or 4 values) as (top, left, bottom, right)."""
+    p = _ints(pad)
+    if len(p) == 1:
+        return (p[0],) * 4
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    if len(p) == 4:
+        return (p[0], p[1], p[2], p[3])
+    raise ValueError(f"padding {p} must have 1, 2 or 4 values")
+
+
+def _spatial_layout(layout: object, out_layout: object, what: str) -> str:
+    layout = str(layout)
+    if layout not in _SPATIAL_LAYOUTS:
+        raise ValueError(f"{what} layout {layout} is not supported; accepted: NCHW, NHWC")
+    if out_layout and str(out_layout) != layout:
+        raise ValueError(f"{what} changes layout {layout} -> {out_layout}; the NPU keeps the layout")
+    return layout
+
+
+# ---- main operators -------------------------------------------------------------------------
+
+
+def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
+    attrs = call.attrs
+    layout = _spatial_layout(attrs.data_layout, attrs.out_layout, "conv2d")
+    data, weight = call.args
+    kernel_layout = str(attrs.kernel_layout)
+    if sorted(kernel_layout) != sorted("OIHW"):
+        raise ValueError(f"conv2d kernel layout {kernel_layout} is not a permutation of OIHW")
+    if isinstance(weight, GenericConst):
+        w = const_array(weight)
+        if w.ndim != 4:
+            raise ValueError(f"conv2d weight has rank {w.ndim}, expected 4")
+        wref = region.add_const(w.transpose([kernel_layout.index(a) for a in "OIHW"]), "OIHW")
+    elif kernel_layout == "OIHW":
+        wref = region.ref(weight, "OIHW")
+    else:
+        raise ValueError(f"conv2d with a non-constant weight needs kernel layout OIHW, not {kernel_layout}")
+    dref = region.ref(data, layout)
+    if len(dref.shape) != 4:
+        raise ValueError(f"conv2d data has rank {len(dref.shape)}, expected 4")
+    shape, dtype = tensor_type(call)
+    return Conv2dSpec(
+        "conv2d",
+        TensorRef(out_name, shape, dtype, layout),
+        data=dref,
+        weight=wref,
+        strides=_ints(attrs.strides),
+        dilation=_ints(attrs.dilation),
+        padding=_padding4(attrs.padding),
+        groups=int(attrs.groups),
+    )
+
+
+def _matmul(call: relax.Call, region: _Region, out_name: str) -> MatmulSpec:
+    a_expr, b_expr = call.args
+    transpose_b = False
+    inner = region.call(b_expr)
+    if inner is not None:
+        src = inner.args[0]
+        axes = inner.attrs.axes
+        if inner.op.name != "relax.permute_dims" or not isinstance(src, GenericConst):
+            raise ValueError(f"matmul's second operand {inner.op.name} cannot be folded into the matmul")
+        if const_array(src).ndim != 2 or (axes is not None and _ints(axes) != (1, 0)):
+            raise ValueError("only a 2-D transpose of a constant folds into matmul as transpose_b")
+        b_expr, transpose_b = src, True
+    a, b = region.ref(a_expr), region.ref(b_expr)
+    if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
+        raise ValueError(f"matmul of ranks {len(a.shape)} x {len(b.shape)}; accepted: 2-D or batched 3-D")
+    if len(b.shape) == 3 and (len(a.shape) != 3 or a.shape[0] != b.shape[0]):
+        raise ValueError(f"matmul batch dims do not match: {a.shape} x {b.shape}")
+    shape, dtype = tensor_type(call)
+    return MatmulSpec("matmul", TensorRef(out_name, shape, dtype), a=a, b=b, transpose_b=transpose_b)
+
+
+def _pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
+    attrs = call.attrs
+    kind = PoolKind.MAX if call.op.name == "relax.nn.max_pool2d" else PoolKind.AVG
+    layout = _spatial_layout(attrs.layout, attrs.out_layout, call.op.name)
+    if attrs.ceil_mode:
+        raise ValueError("pooling with ceil_mode=True is not supported")
+    if _ints(attrs.dilation) != (1, 1):
+        raise ValueError(f"pooling with dilation {_ints(attrs.dilation)} is not supported")
+    shape, dtype = tensor_type(call)
+    return PoolSpec(
+        call.op.name.rsplit(".", 1)[-1],
+        TensorRef(out_name, shape, dtype, layout),
+        data=region.ref(call.args[0], layout),
+        kind=kind,
+        kernel=_ints(attrs.pool_size),
+        strides=_ints(attrs.strides),
+        padding=_padding4(attrs.padding),
+        count_include_pad=kind == PoolKind.AVG and bool(attrs.count_include_pad),
+    )
+
+
+def _global_avg(call: relax.Call, region: _Region, out_name: str, layout: str) -> PoolSpec:
+    data = region.ref(call.args[0], layout)
+    if len(data.shape) != 4:
+        raise ValueError(f"global average pool of a rank-{len(data.shape)} tensor; expected 4")
+    shape, dtype = tensor_type(call)
+    return PoolSpec(
+        call.op.name.rsplit(".", 1)[-1],
+        TensorRef(out_name, shape, dtype, layout),
+        data=data,
+        kind=PoolKind.AVG,
+        kernel=(data.dim("H"), data.dim("W")),
+    )
+
+
+def _adaptive_avg_pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
+    attrs = call.attrs
+    layout = _spatial_layout(attrs.layout, attrs.out_layout, "adaptive_avg_pool2d")
+    if attrs.output_size is None or _ints(attrs.output_size) not in ((1,), (1, 1)):
+        raise ValueError(f"adaptive_avg_pool2d to {attrs.output_size}; only a 1x1 output (global pool) is supported")
+    return _global_avg(call, region, out_name, layout)
+
+
+def _mean(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
+    rank = len(tensor_type(call.args[0])[0])
+    axes = call.attrs.axis
+    if rank != 4 or axes is None or not call.attrs.keepdims:
+        raise ValueError("mean is supported only over the two spatial axes of a 4-D tensor with keepdims=True")
+    spatial = sorted(int(a) % rank for a in axes)
+    layouts = {(2, 3): "NCHW", (1, 2): "NHWC"}
+    if tuple(spatial) not in layouts:
+        raise ValueError(f"mean over axes {spatial} is not a global average pool")
+    return _global_avg(call, region, out_name, layouts[tuple(spatial)])
+
+
+_MAIN_OPS: dict[str, Callable[[relax.Call, _Region, str], OpSpec]] = {
+    "relax.nn.conv2d": _conv2d,
+    "relax.matmul": _matmul,
+    "relax.nn.max_pool2d": _pool2d,
+    "relax.nn.avg_pool2d": _pool2d,
+    "relax.nn.adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "relax.mean": _mean,
+}
+
+
+# ---- the elementwise chain --------------------------------------------------------------------
+
+
+def _broadcast_axis(const_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> int | None:
+    """The one axis a constant varies along when broadcast to ``out_shape`` (None: a scalar).
+
+    Raises ``ValueError`` when it varies along several axes or does not broadcast.
+    """
+    if len(const_shape) > len(out_shape):
+        raise ValueError(f"constant of shape {const_shape} does not broadcast to {out_shape}")
+    padded = (1,) * (len(out_shape) - len(const_shape)) + const_shape
+    varying = [i for i, d in enumerate(padded) if d != 1]
+    if not varying:
+        return None
+    if len(varying) == 1 and padded[varying[0]] == out_shape[varying[0]]:
+        return varying[0]
+    raise ValueError(f"constant of shape {const_shape} broadcasts along more than one axis of {out_shape}")
+
+
+def _elementwise_axis(steps: Sequence[_Step], out_shape: tuple[int, ...]) -> int:
+    """The channel axis of a standalone elementwise op: where its broadcast constant varies."""
+    axes = set()
+    for step in steps:
+        if isinstance(step.operand, GenericConst):
+            shape = tuple(const_array(step.operand).shape)
+            if shape != out_shape:
+                axes.add(_broadcast_axis(shape, out_shape))
+    axes.discard(None)
+    if len(axes) > 1:
+        raise ValueError(f"constants broadcast along different axes {sorted(axes)}")
+    return axes.pop() if axes else min(1, len(out_shape) - 1)
+
+
+def _channel_layout(rank: int, axis: int) -> str:
+    """A layout string with 'C' at ``axis`` (``"NCHW"``, ``"NHWC"``, ``"NC"`` ...)."""
+    if rank not in _OTHER_AXES:
+        raise ValueError(f"elementwise op on a rank-{rank} tensor; accepted ranks: 1-4")
+    other = _OTHER_AXES[rank]
+    return other[:axis] + "C" + other[axis:]
+
+
+def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilogue:
+    """Turn a step's operand into a DRAM tensor: per-channel vector or a tensor of the output's shape."""
+    if step.operand is None:
+        return Epilogue(step.kind, lo=step.lo, hi=step.hi)
+    if isinstance(step.operand, GenericConst):
+        arr = const_array(step.operand)
+        try:
+            const_axis = _broadcast_axis(tuple(arr.shape), out.shape)
+        except ValueError:
+            const_axis = -1
+        if const_axis is None:
+            vec = np.full(out.shape[axis], arr.reshape(()), dtype=arr.dtype)
+        elif const_axis == axis:
+            vec = arr.reshape(-1)
+        elif tuple(arr.shape) == out.shape:
+            return Epilogue(step.kind, region.add_const(arr, out.layout))
+        else:
+            raise ValueError(f"constant of shape {arr.shape} does not broadcast along the channel axis {axis} "
+                             f"of the output {out.shape}")
+        kind = EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind
+        return Epilogue(kind, region.add_const(vec), Broadcast.CHANNEL)
+    ref = region.ref(step.operand, out.layout)
+    if ref.shape != out.shape:
+        raise ValueError(f"non-constant operand of shape {ref.shape} must have the output's shape {out.shape}")
+    return Epilogue(step.kind, ref)
+
+
+def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, relax.Expr | None, list[_Step]]:
+    """Follow elementwise steps from the root down; returns (main op or None, elementwise data, steps)."""
+    steps: list[_Step] = []
+    call = root
+    while True:
+        op = call.op.name
+        if op in UNARY_OPS:
+            kind = UNARY_OPS[op]
+            lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
+            steps.append(_Step(kind, lo=lo, hi=hi))
+            inner = region.call(call.args[0])
+            if inner is None:
+                return None, call.args[0], steps[::-1]
+            call = inner
+        elif op in BINARY_OPS:
+            kind = BINARY_OPS[op]
+            lhs, rhs = call.args
+            lhs_call, rhs_call = region.call(lhs), region.call(rhs)
+            if lhs_call is not None and rhs_call is not None:
+                raise ValueError(f"{op} of two values computed in the same region is not an epilogue")
+            if lhs_call is None and rhs_call is None:
+                data, operand = _elementwise_operands(op, lhs, rhs)
+                steps.append(_Step(kind, operand))
+                return None, data, steps[::-1]
+            if lhs_call is None and op == "relax.subtract":
+                raise ValueError("x - op(...) is not an epilogue (only op(...) - x is)")
+            steps.append(_Step(kind, lhs if lhs_call is None else rhs))
+            call = lhs_call if lhs_call is not None else rhs_call
+        elif op in _MAIN_OPS:
+            return call, None, steps[::-1]
+        else:
+            raise ValueError(f"operator {op} is not supported by the NPU")
+
+
+def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[relax.Expr, relax.Expr]:
+    """(data, operand) of a standalone binary op; the constant, if any, is the operand."""
+    if isinstance(lhs, GenericConst) and isinstance(rhs, GenericConst):
+        raise ValueError(f"{op} of two constants should have been folded")
+    if isinstance(lhs, GenericConst):
+        if op == "relax.subtract":
+            raise ValueError("constant - tensor is not supported (only tensor - constant)")
+        return rhs, lhs
+    return lhs, rhs
+
+
+def _check_dtypes(spec: OpSpec) -> None:
+    """float32 everywhere, or int8 operands with an int32 result for conv2d / matmul."""
+    out = spec.out.dtype
+    if isinstance(spec, Conv2dSpec | MatmulSpec):
+        operands = {spec.data.dtype, spec.weight.dtype} if isinstance(spec, Conv2dSpec) else {spec.a.dtype,
+                                                                                              spec.b.dtype}
+        ok = (operands, out) in (({DType.FP32}, DType.FP32), ({DType.INT8}, DType.INT32))
+        if not ok:
+            names = "/".join(sorted(d.np.name for d in operands))
+            raise ValueError(f"{spec.name} with {names} operands and {out.np.name} result is not supported; "
+                             "accepted: float32 -> float32, int8 -> int32")
+    elif spec.data.dtype != DType.FP32 or out != DType.FP32:
+        raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32")
+    for step in spec.epilogue:
+        if step.operand is not None and step.operand.dtype != out:
+            raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, "
+                             f"output is {out.np.name}")
+        if step.kind in _TRANSCENDENTAL and not out.is_float:
+            raise ValueError(f"{step.kind.value} on an integer ({out.np.name}) result is not supported")
+
+
+def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
+    call = region.call(root)
+    if call is None:
+        raise ValueError("the matched region computes nothing")
+    out_shape, out_dtype = tensor_type(root)
+    main, data, steps = _walk_chain(call, region)
+    if main is None:
+        axis = _elementwise_axis(steps, out_shape)
+        layout = _channel_layout(len(out_shape), axis)
+        dref = region.ref(data, layout)
+        if dref.shape != out_shape:
+            raise ValueError(f"elementwise input {dref.shape} is broadcast to {out_shape}")
+        spec: OpSpec = ElementwiseSpec(steps[0].kind.value, TensorRef(out_name, out_shape, out_dtype, layout),
+                                       data=dref)
+    else:
+        spec = _MAIN_OPS[main.op.name](main, region, out_name)
+        if spec.out.shape != out_shape or spec.out.dtype != out_dtype:
+            raise ValueError(f"the epilogue changes the output from {spec.out.shape} to {out_shape}")
+        axis = len(out_shape) - 1 if isinstance(spec, MatmulSpec) else spec.out.layout.index("C")
+    spec = spec.with_epilogue(*(_epilogue(s, spec.out, axis, region) for s in steps))
+    _check_dtypes(spec)
+    return ExtractedOp(spec, region.constants)
+
+
+def _function_bindings(func: relax.Function) -> dict[relax.Var, relax.Expr]:
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        raise ValueError("a composite function's body must be a SeqExpr")
+    return {b.var: b.value for block in body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)}
+
+
+def extract_op(func: relax.Function, arg_names: Sequence[str], out_name: str, const_prefix: str) -> ExtractedOp:
+    """The spec of a composite function made by ``FuseOpsByPattern`` from an ``npu.*`` pattern.
+
+    ``arg_names[i]`` is the DRAM name of parameter ``i``, ``out_name`` that of the result;
+    constants bound in the function are returned as ``{const_prefix}_{k}``.
+    """
+    if len(arg_names) != len(func.params):
+        raise ValueError(f"{len(arg_names)} argument names for a function of {len(func.params)} parameters")
+    names = dict(zip(func.params, arg_names, strict=True))
+
+    def name_of(var: relax.Var) -> str:
+        if var not in names:
+            raise ValueError(f"{var.name} is neither a parameter nor bound in the composite function")
+        return names[var]
+
+    region = _Region(_function_bindings(func), name_of, const_prefix)
+    return _extract(func.body.body, region, out_name)
+
+
+def extract_from_context(ctx: PatternCheckContext, const_prefix: str = "const") -> ExtractedOp:
+    """The spec a pattern match would become (tensors named after their Relax variables)."""
+    root = ctx.matched_expr
+    bound = ctx.value_to_bound_var.get(root)
+    out_name = bound.name if bound is not None else "out"
+    region = _Region(dict(ctx.matched_bindings.items()), lambda var: var.name, const_prefix)
+    return _extract(root, region, out_name)

@@ -1,0 +1,144 @@
+"""The NPU's pattern table for ``FuseOpsByPattern`` (names ``npu.*``).
+
+Order is priority, highest first: conv2d / matmul with the longest epilogue
+chains first (conv -> bias -> residual -> activation, every subset), then the bare
+operators, pooling, and last the single elementwise ops, so that a bias add or an
+activation is claimed by its producer before it could become an operator of its
+own. ``MergeCompositeFunctions`` later merges neighbouring ``npu.*`` composites
+into one NPU region.
+
+Every check function builds the spec the codegen will build (``extract.py``),
+so an operator is offloaded only when extraction succeeds (supported op, dtypes,
+static shapes, layouts) and the planner finds a tile that fits the SRAM budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tvm.relax.backend.pattern_registry import register_patterns
+from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
+from tvm.relax.transform import PatternCheckContext
+
+from tvm_npu.config import NpuTarget
+from tvm_npu.tir_schedules.planner import fits
+
+from .extract import extract_from_context
+
+PREFIX = "npu"
+
+#: Activation name in a pattern name -> Relax op (``relu6`` reaches us as ``clip(x, 0, 6)``).
+ACTIVATIONS: dict[str, str] = {
+    "relu": "relax.nn.relu",
+    "clip": "relax.clip",
+    "sigmoid": "relax.sigmoid",
+    "tanh": "relax.tanh",
+    "gelu": "relax.nn.gelu",
+}
+#: Elementwise binary ops offloaded on their own (one operand a tensor, the other a tensor or constant).
+BINARY: dict[str, str] = {
+    "add": "relax.add",
+    "subtract": "relax.subtract",
+    "multiply": "relax.multiply",
+    "maximum": "relax.maximum",
+    "minimum": "relax.minimum",
+}
+POOLS: dict[str, str] = {
+    "max_pool2d": "relax.nn.max_pool2d",
+    "avg_pool2d": "relax.nn.avg_pool2d",
+    "adaptive_avg_pool2d": "relax.nn.adaptive_avg_pool2d",
+    "mean": "relax.mean",
+}
+
+CheckFn = Callable[[PatternCheckContext], bool]
+PatternEntry = tuple[str, DFPattern, dict[str, DFPattern], CheckFn]
+
+
+def _activation(name: str, x: DFPattern) -> DFPattern:
+    op = is_op(ACTIVATIONS[name])
+    return op(x, wildcard(), wildcard()) if name == "clip" else op(x)
+
+
+def _epilogue_variants(fusion: int) -> list[tuple[bool, bool, str | None]]:
+    """(bias, residual, activation) combinations, longest chain first; only the bare op at fusion 0."""
+    if fusion == 0:
+        return [(False, False, None)]
+    variants = [
+        (bias, residual, act)
+        for bias in (True, False)
+        for residual in (True, False)
+        for act in (*ACTIVATIONS, None)
+    ]
+    return sorted(variants, key=lambda v: -(v[0] + v[1] + (v[2] is not None)))
+
+
+def _with_epilogue(op: DFPattern, bias: bool, residual: bool, act: str | None) -> DFPattern:
+    out = op
+    if bias:
+        out = is_op("relax.add")(out, is_const())
+    if residual:
+        out = is_op("relax.add")(out, wildcard())
+    if act is not None:
+        out = _activation(act, out)
+    return out
+
+
+def _variant_name(op: str, bias: bool, residual: bool, act: str | None) -> str:
+    parts = [op, "bias" if bias else "", "add" if residual else "", act or ""]
+    return f"{PREFIX}." + "_".join(p for p in parts if p)
+
+
+def _leaks(ctx: PatternCheckContext) -> bool:
+    """True when a value computed inside the match is also used outside it (it could not be fused)."""
+    inside = set(ctx.matched_bindings.keys())
+    root_var = ctx.value_to_bound_var.get(ctx.matched_expr)
+    for var in inside:
+        if var.same_as(root_var):
+            continue
+        if any(user not in inside for user in ctx.var_usages.get(var, [])):
+            return True
+    return False
+
+
+def make_check(target: NpuTarget) -> CheckFn:
+    """Accept a match when it extracts to a supported spec that the planner can tile into SRAM."""
+
+    def check(ctx: PatternCheckContext) -> bool:
+        if _leaks(ctx):
+            return False
+        try:
+            op = extract_from_context(ctx)
+        except ValueError:
+            return False
+        return bool(fits(op.spec, target.hw, target.options))
+
+    return check
+
+
+def pattern_table(target: NpuTarget) -> list[PatternEntry]:
+    """``(name, pattern, annotations, check)`` entries, highest priority first, for ``FuseOpsByPattern``."""
+    check = make_check(target)
+    table: list[PatternEntry] = []
+
+    def add(name: str, pattern: DFPattern) -> None:
+        table.append((name, pattern, {}, check))
+
+    variants = _epilogue_variants(target.options.fusion)
+    for bias, residual, act in variants:
+        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        add(_variant_name("conv2d", bias, residual, act), _with_epilogue(conv, bias, residual, act))
+        b = is_op("relax.permute_dims")(is_const()) | wildcard()
+        matmul = is_op("relax.matmul")(wildcard(), b)
+        add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
+    for name, op in POOLS.items():
+        add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
+    for name, op in BINARY.items():
+        add(f"{PREFIX}.{name}", is_op(op)(wildcard(), wildcard()))
+    for name in ACTIVATIONS:
+        add(f"{PREFIX}.{name}", _activation(name, wildcard()))
+    return table
+
+
+# The registry lists later entries first; register lowest priority first so that
+# get_patterns_with_prefix("npu") returns the table in its own order.
+register_patterns(list(reversed(pattern_table(NpuTarget()))))
