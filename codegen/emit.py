@@ -16,13 +16,13 @@ operations. Three things are decided here rather than in TIR:
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from tvm_npu.simulator import isa
+from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
 from tvm_npu.tir_schedules.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
 from tvm_npu.config import DType, HardwareConfig
@@ -133,38 +133,6 @@ def _flat(acc: Access, base: Sequence[int]) -> tuple[int, tuple[int, ...]]:
     return offset, loop_strides
 
 
-def _dims(extents: Sequence[int], *strides: Sequence[int], max_dims: int = 3) -> list[tuple[int, tuple[int, ...]]]:
-    """Drop unit loops and merge loops contiguous in every operand; outermost first."""
-    dims = [(n, tuple(s[i] for s in strides)) for i, n in enumerate(extents) if n > 1]
-    merged: list[tuple[int, tuple[int, ...]]] = []
-    for n, st in dims:
-        if merged:
-            pn, pst = merged[-1]
-            if all(ps == s * n for ps, s in zip(pst, st, strict=True)):
-                merged[-1] = (pn * n, st)
-                continue
-        merged.append((n, st))
-    return merged or [(1, tuple(0 for _ in strides))]
-
-
-def _split_outer(dims: list[tuple[int, tuple[int, ...]]], max_dims: int = 3):
-    """Yield (per-operand offset, inner dims) covering ``dims`` with at most ``max_dims`` each."""
-    outer, inner = dims[: max(0, len(dims) - max_dims)], dims[max(0, len(dims) - max_dims):]
-    nops = len(dims[0][1])
-    for idx in itertools.product(*(range(n) for n, _ in outer)):
-        offs = tuple(sum(i * st[k] for i, (_, st) in zip(idx, outer, strict=True)) for k in range(nops))
-        yield offs, inner
-
-
-def _pad3(dims: list[tuple[int, tuple[int, ...]]], k: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    shape = [n for n, _ in dims]
-    strides = [st[k] for _, st in dims]
-    while len(shape) < 3:
-        shape.insert(0, 1)
-        strides.insert(0, 0)
-    return tuple(shape), tuple(strides)  # type: ignore[return-value]
-
-
 _VEC_UNARY = {
     EpiKind.RELU: isa.Opcode.VRELU,
     EpiKind.SIGMOID: isa.Opcode.VSIGMOID,
@@ -233,13 +201,21 @@ class OperatorEmitter:
 
     # ------------------------------------------------------------------ SRAM
     def _allocate(self, buffers: dict[str, SramBuffer], aliases: dict[str, str]) -> None:
-        for name, buf in buffers.items():
-            target = aliases.get(name)
-            if target in self.addr and buffers[target].shape == buf.shape and buffers[target].dtype == buf.dtype:
-                self.addr[name] = self.addr[target]
-                continue
-            nbytes = math.prod(buf.shape) * np.dtype(buf.dtype).itemsize
-            self.addr[name] = self.asm.alloc(nbytes)
+        """Give every SRAM buffer an address; a buffer shares its alias target's storage when
+        both have the same shape and type (elementwise steps run in place)."""
+
+        def place(name: str) -> int:
+            if name in self.addr:
+                return self.addr[name]
+            buf, target = buffers[name], aliases.get(name)
+            if target in buffers and buffers[target].shape == buf.shape and buffers[target].dtype == buf.dtype:
+                self.addr[name] = place(target)
+            else:
+                self.addr[name] = self.asm.alloc(math.prod(buf.shape) * np.dtype(buf.dtype).itemsize)
+            return self.addr[name]
+
+        for name in buffers:
+            place(name)
 
     def _sram_addr(self, acc: Access, elem_offset: int) -> int:
         return self.addr[acc.buffer] + elem_offset * np.dtype(acc.dtype).itemsize
@@ -288,15 +264,14 @@ class OperatorEmitter:
         d_off += _dot(lo, d_str)
         s_off += _dot(lo, s_str)
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
-        order = sorted(range(len(ext)), key=lambda i: -d_str[i])  # innermost = smallest DRAM stride
-        dims = _dims([ext[i] for i in order], [d_str[i] for i in order], [s_str[i] for i in order])
+        dims = copy_plan(ext, d_str, s_str)
         tensor = self.asm.index(dram.buffer)
         dtype = self.asm.tensors[tensor].dtype
         itemsize = dtype.itemsize
         cls = isa.DmaLoad if load else isa.DmaStore
-        for (od, osr), inner in _split_outer(dims):
-            shape, dstr = _pad3(inner, 0)
-            _, sstr = _pad3(inner, 1)
+        for (od, osr), inner in split_outer(dims):
+            shape, dstr = pad3(inner, 0)
+            _, sstr = pad3(inner, 1)
             self._emit(cls(tensor, d_off + od, self.addr[sram.buffer] + (s_off + osr) * itemsize, dtype,
                            shape, dstr, sstr))
         if load:
@@ -485,11 +460,11 @@ class OperatorEmitter:
         ext = [r[1] - r[0] for r in ranges]
         if min(ext) <= 0:
             return
-        dims = _dims(ext, *operands)
+        dims = merge_dims(ext, *operands)
         dtype = DType.from_str(o.dtype)
-        for offs, inner in _split_outer(dims):
-            shape, dst_st = _pad3(inner, 0)
-            _, src_st = _pad3(inner, 1)
+        for offs, inner in split_outer(dims):
+            shape, dst_st = pad3(inner, 0)
+            _, src_st = pad3(inner, 1)
             dst = self._sram_addr(o, o_off + offs[0])
             src = self._sram_addr(s, s_off + offs[1])
             if step.kind in _VEC_UNARY:
@@ -497,7 +472,7 @@ class OperatorEmitter:
             elif step.kind == EpiKind.CLIP:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
             else:
-                _, x_st = _pad3(inner, 2)
+                _, x_st = pad3(inner, 2)
                 xaddr = self._sram_addr(other[1], x_off + offs[2])
                 nonzero = [i for i, st in enumerate(x_st) if st]
                 if step.kind == EpiKind.BIAS and len(nonzero) == 1 and x_st[nonzero[0]] == 1:

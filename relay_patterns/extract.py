@@ -24,8 +24,6 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.transform import PatternCheckContext
-
-from tvm_npu.config import DType
 from tvm_npu.tir_schedules.ops import (
     Broadcast,
     Conv2dSpec,
@@ -38,6 +36,8 @@ from tvm_npu.tir_schedules.ops import (
     PoolSpec,
     TensorRef,
 )
+
+from tvm_npu.config import DType
 
 GenericConst = tvm.ir.expr.GenericConst
 
@@ -144,9 +144,7 @@ def _ints(values: Sequence[object]) -> tuple[int, ...]:
 
 
 def _scalar(expr: relax.Expr) -> float:
-    """A clip bound: FloatImm/IntImm argument, or a PrimValue wrapping one."""
-    if isinstance(expr, relax.PrimValue):
-        expr = expr.value
+    """A clip bound (clip takes its bounds as FloatImm / IntImm arguments)."""
     if isinstance(expr, tvm.tirx.FloatImm | tvm.tirx.IntImm):
         return float(expr.value)
     raise ValueError(f"clip bound {expr} is not a constant")
@@ -440,8 +438,8 @@ def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
         dref = region.ref(data, layout)
         if dref.shape != out_shape:
             raise ValueError(f"elementwise input {dref.shape} is broadcast to {out_shape}")
-        spec: OpSpec = ElementwiseSpec(steps[0].kind.value, TensorRef(out_name, out_shape, out_dtype, layout),
-                                       data=dref)
+        name = call.op.name.rsplit(".", 1)[-1]
+        spec: OpSpec = ElementwiseSpec(name, TensorRef(out_name, out_shape, out_dtype, layout), data=dref)
     else:
         spec = _MAIN_OPS[main.op.name](main, region, out_name)
         if spec.out.shape != out_shape or spec.out.dtype != out_dtype:

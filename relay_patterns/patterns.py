@@ -19,9 +19,9 @@ from collections.abc import Callable
 from tvm.relax.backend.pattern_registry import register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
+from tvm_npu.tir_schedules.planner import fits
 
 from tvm_npu.config import NpuTarget
-from tvm_npu.tir_schedules.planner import fits
 
 from .extract import extract_from_context
 

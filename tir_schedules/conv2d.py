@@ -168,18 +168,15 @@ def schedule(spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
     rco = None
     if tile.tic < c:
         rco, rc = split(sch, rc, tile.tic)
-    chan = [go, oo] if grouped else [oo]
+    # a group tile is outermost: its input channels serve only its own outputs
+    groups = [go] if grouped else []
     inner = [gi, oi, yi, xi, rc, ry, rx] if grouped else [oi, yi, xi, rc, ry, rx]
-    spatial = [yo, xo]
-    outer = [*chan, *spatial] if tile.order == Order.B_STATIONARY else [*spatial, *chan]
-    sch.reorder(b, *outer, *([rco] if rco else []), *inner)
+    outer = [oo, yo, xo] if tile.order == Order.B_STATIONARY else [yo, xo, oo]
+    sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
     s = sch.fuse(yo, xo)
-    if tile.order == Order.B_STATIONARY:
-        outer_loops = [*chan, s]
-    else:
-        outer_loops = [s, *chan]
+    outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
     inner_out = outer_loops[-1]
-    chan_inner = chan[-1]
+    chan_inner = oo
 
     # input window: the pad stage lives in SRAM, computed per spatial (and rc) tile
     pad = sch.get_sblock("pad")

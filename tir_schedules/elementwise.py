@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import s_tir, te
 
-from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, extent, mark, pipeline, placeholder, split
+from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
 from .ops import ElementwiseSpec
 from .params import EltwiseTile
 

@@ -1,0 +1,639 @@
+"""Tile choice: enumerate legal template parameters, estimate each, keep the cheapest.
+
+The analytic cost model, in one place::
+
+    per instruction   the simulator's own formulas (tvm_npu.simulator.timing): a DMA
+                      descriptor costs dma_latency + ceil(bursts * B / BW) on its engine,
+                      a tensor tile ceil(K/R) * ceil(N/C) * M * P + issue, a vector
+                      step ceil(n/L) * c + issue;
+    per tile          the descriptors the codegen will emit (same copy planner,
+                      tvm_npu.tir_schedules.dma), clamped at tensor edges;
+    per operator      a flow-shop over the pipelined loop: a tile's load waits for the
+                      buffer version it overwrites (``stages`` versions when pipelined,
+                      otherwise one), the tensor engine for the load and for its
+                      accumulator, the vector engine for the tensor engine and the
+                      output buffer, the store for the vector engine; stationary
+                      operands load at the start of their outer iteration. The DRAM
+                      channel is shared: total = max(flow, channel busy + first load).
+
+The SRAM footprint is the sum of the aligned buffers the template allocates
+(streamed buffers times their number of versions); a test checks it against the
+codegen's allocation. ``-tile-min``/``-tile-max`` bound every tile extent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from tvm_npu.simulator import timing
+
+from tvm_npu.config import ACCUMULATOR, CompilerOptions, DType, HardwareConfig
+
+from .dma import copy_plan, pad3, split_outer
+from .ops import Broadcast, Conv2dSpec, ElementwiseSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
+from .params import ConvTile, EltwiseTile, MatmulTile, Order, PoolTile, TileParams
+
+TRANSCENDENTAL = {EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU}
+
+
+class NoTileFits(ValueError):
+    """No legal tile of an operator fits the SRAM budget (the operator stays on the host)."""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _row_major(shape: Sequence[int]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+# ------------------------------------------------------------------ estimates
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted cost of one operator with one tile choice."""
+
+    cycles: float
+    tensor_cycles: int
+    vector_cycles: int
+    load_cycles: int
+    store_cycles: int
+    channel_cycles: int
+    dram_bytes: int  # moved, burst waste included
+    wasted_bytes: int
+    sram_bytes: int
+
+
+@dataclass
+class _Copy:
+    """Cost of one tile copy: per descriptor (engine cycles), channel cycles, bytes."""
+
+    engine: int = 0
+    channel: int = 0
+    moved: int = 0
+    useful: int = 0
+
+    def __iadd__(self, other: _Copy) -> _Copy:
+        self.engine += other.engine
+        self.channel += other.channel
+        self.moved += other.moved
+        self.useful += other.useful
+        return self
+
+
+def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo: Sequence[int],
+              ext: Sequence[int], sram_shape: Sequence[int] | None = None) -> _Copy:
+    """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor."""
+    lo2, ext2 = [], []
+    for a, e, n in zip(lo, ext, tensor_shape, strict=True):
+        b, c = max(a, 0), min(a + e, n)
+        if c <= b:
+            return _Copy()
+        lo2.append(b)
+        ext2.append(c - b)
+    dstr = _row_major(tensor_shape)
+    sstr = _row_major(sram_shape or ext)
+    offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
+    res = _Copy()
+    isz = dtype.itemsize
+    for (od, _), inner in split_outer(copy_plan(ext2, dstr, sstr)):
+        shape, strides = pad3(inner, 0)
+        bursts = timing.dram_bursts(hw, shape, strides, offset + od, isz)
+        xfer = _ceil(bursts * hw.dram_burst_bytes, hw.dram_bytes_per_cycle)
+        res += _Copy(hw.dma_latency + xfer, xfer, bursts * hw.dram_burst_bytes, math.prod(shape) * isz)
+    return res
+
+
+@dataclass
+class _Step:
+    """One iteration of the pipelined loop."""
+
+    unit: int  # output tile it accumulates into
+    loads: _Copy
+    tensor: int = 0
+    finish: bool = True  # the output tile is complete after this step (epilogue and store follow)
+    vector: int = 0
+    store: _Copy = field(default_factory=_Copy)
+    stationary: _Copy | None = None  # loaded before this step, once per outer iteration
+
+
+def _flow(steps: Sequence[_Step], in_versions: int, acc_versions: int, out_versions: int) -> tuple[float, float]:
+    """Finish time of the pipelined schedule (see the module docstring) and of the first load."""
+    load_free = tensor_free = vector_free = store_free = 0.0
+    tensor_end: list[float] = []
+    acc_release: dict[int, float] = {}
+    store_end: dict[int, float] = {}
+    stationary_wait = 0.0
+    first_load = None
+    finished = 0
+    for j, st in enumerate(steps):
+        start = load_free
+        if st.stationary is not None:
+            start = max(start, stationary_wait)
+            start += st.stationary.engine
+        if j >= in_versions:
+            start = max(start, tensor_end[j - in_versions])
+        load_free = start + st.loads.engine
+        if first_load is None:
+            first_load = load_free
+        t0 = max(tensor_free, load_free, acc_release.get(st.unit - acc_versions, 0.0))
+        tensor_free = t0 + st.tensor
+        tensor_end.append(tensor_free)
+        stationary_wait = tensor_free
+        if not st.finish:
+            continue
+        v0 = max(vector_free, tensor_free, store_end.get(st.unit - out_versions, 0.0))
+        vector_free = v0 + st.vector
+        s0 = max(store_free, vector_free)
+        store_free = s0 + st.store.engine
+        store_end[st.unit] = store_free
+        acc_release[st.unit] = vector_free if st.vector else store_free
+        finished += 1
+    return max(store_free, vector_free, tensor_free, load_free), first_load or 0.0
+
+
+def _vector(hw: HardwareConfig, spec: OpSpec, n: int) -> int:
+    return sum(timing.vector_cycles(hw, n, hw.transcendental_cycles if e.kind in TRANSCENDENTAL else 1)
+               for e in spec.epilogue)
+
+
+def _finish(hw: HardwareConfig, spec: OpSpec, tile: TileParams, steps: list[_Step], pipelined: bool) -> Estimate:
+    stages = tile.stages if pipelined else 1
+    has_epi = bool(spec.epilogue)
+    flow, first = _flow(steps, stages, 1 if has_epi or stages == 1 else 2, 2 if stages > 1 else 1)
+    loads = sum(s.loads.engine + (s.stationary.engine if s.stationary else 0) for s in steps)
+    stores = sum(s.store.engine for s in steps)
+    channel = sum(s.loads.channel + s.store.channel + (s.stationary.channel if s.stationary else 0) for s in steps)
+    moved = sum(s.loads.moved + s.store.moved + (s.stationary.moved if s.stationary else 0) for s in steps)
+    useful = sum(s.loads.useful + s.store.useful + (s.stationary.useful if s.stationary else 0) for s in steps)
+    return Estimate(
+        cycles=max(flow, channel + first),
+        tensor_cycles=sum(s.tensor for s in steps),
+        vector_cycles=sum(s.vector for s in steps),
+        load_cycles=loads,
+        store_cycles=stores,
+        channel_cycles=channel,
+        dram_bytes=moved,
+        wasted_bytes=moved - useful,
+        sram_bytes=footprint(spec, tile, hw),
+    )
+
+
+def _axis_tiles(total: int, t: int) -> list[tuple[int, int]]:
+    """(start, extent) of every tile along an axis (the last one clamped)."""
+    return [(i * t, min(t, total - i * t)) for i in range(_ceil(total, t))]
+
+
+# ------------------------------------------------------------------- conv
+def _conv_window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
+    (kh, kw), (sh, sw), (dh, dw) = spec.kernel, spec.strides, spec.dilation
+    return (tile.toh - 1) * sh + (kh - 1) * dh + 1, (tile.tow - 1) * sw + (kw - 1) * dw + 1
+
+
+def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Estimate:
+    nchw = spec.layout == "NCHW"
+    n, c, h, w = (spec.data.dim(a) for a in "NCHW")
+    o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
+    g = spec.groups
+    cg, og = c // g, o // g
+    kh, kw = spec.kernel
+    (sh, sw), (pt, pl) = spec.strides, spec.padding[:2]
+    rows, cols = _conv_window(spec, tile)
+    dt = spec.data.dtype
+    tic = min(tile.tic, cg)
+    rc_tiles = _axis_tiles(cg, tic)
+    g_tiles = _axis_tiles(g, tile.tg)
+    oc_tiles = _axis_tiles(og, tile.toc)
+    sp_tiles = [(y, x) for y in _axis_tiles(oh, tile.toh) for x in _axis_tiles(ow, tile.tow)]
+    dshape = spec.data.shape
+    oshape = spec.out.shape
+
+    def data_box(b, gt, ct, y, x):
+        cl = gt[0] * cg + ct[0]
+        ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
+        r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+        if nchw:
+            return copy_cost(hw, dt, dshape, (b, cl, r0, c0), (1, ce, rows, cols), (1, ce, rows, cols))
+        return copy_cost(hw, dt, dshape, (b, r0, c0, cl), (1, rows, cols, ce), (1, rows, cols, ce))
+
+    def weight_box(gt, ot, ct):
+        o0 = gt[0] * og + ot[0]
+        oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+        return copy_cost(hw, dt, spec.weight.shape, (o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
+
+    def out_box(b, gt, ot, y, x, dtype=None):
+        o0 = gt[0] * og + ot[0]
+        oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+        dtype = dtype or spec.out.dtype
+        if nchw:
+            return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
+        return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe))
+
+    def epi_loads(b, gt, ot, y, x):
+        cost = _Copy()
+        for e in spec.epilogue:
+            if e.operand is None:
+                continue
+            if e.broadcast == Broadcast.CHANNEL:
+                o0 = gt[0] * og + ot[0]
+                cost += copy_cost(hw, e.operand.dtype, (e.operand.size,), (o0,), (gt[1] * ot[1],))
+            else:
+                cost += out_box(b, gt, ot, y, x, e.operand.dtype)
+        return cost
+
+    steps: list[_Step] = []
+    unit = 0
+    outer_b = tile.order == Order.B_STATIONARY
+    pipelined_rc = len(rc_tiles) > 1
+    for b in range(n):
+        if outer_b:
+            pairs = [((gt, ot), sp) for gt in g_tiles for ot in oc_tiles for sp in sp_tiles]
+        else:
+            pairs = [((gt, ot), sp) for gt in g_tiles for sp in sp_tiles for ot in oc_tiles]
+        prev_outer = None
+        for (gt, ot), (y, x) in pairs:
+            outer_key = (gt, ot) if outer_b else (gt, y, x)
+            new_outer = outer_key != prev_outer
+            prev_outer = outer_key
+            m = y[1] * x[1]
+            oe = ot[1]
+            vec = _vector(hw, spec, gt[1] * oe * m)
+            store = out_box(b, gt, ot, y, x)
+            for ri, ct in enumerate(rc_tiles):
+                tensor = timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
+                loads = _Copy()
+                stationary = None
+                if pipelined_rc:
+                    loads += data_box(b, gt, ct, y, x)
+                    loads += weight_box(gt, ot, ct)
+                elif outer_b:
+                    loads += data_box(b, gt, ct, y, x)
+                    stationary = weight_box(gt, ot, ct) if new_outer else None
+                else:
+                    loads += weight_box(gt, ot, ct)
+                    stationary = data_box(b, gt, ct, y, x) if new_outer else None
+                last = ri == len(rc_tiles) - 1
+                if last:
+                    loads += epi_loads(b, gt, ot, y, x)
+                steps.append(_Step(unit, loads, tensor, last, vec if last else 0, store if last else _Copy(),
+                                   stationary))
+            unit += 1
+    pipelined = pipelined_rc or (len(sp_tiles) if outer_b else len(oc_tiles)) > 1
+    return _finish(hw, spec, tile, steps, pipelined)
+
+
+def _conv_footprint(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
+    g, cg = spec.groups, spec.in_channels // spec.groups
+    kh, kw = spec.kernel
+    rows, cols = _conv_window(spec, tile)
+    tic = min(tile.tic, cg)
+    streamed_rc = tic < cg
+    outer_b = tile.order == Order.B_STATIONARY
+    n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+    n_ch = _ceil(spec.out.dim("C") // g, tile.toc)
+    pipelined = streamed_rc or (n_sp if outer_b else n_ch) > 1
+    s = tile.stages if pipelined else 1
+    isz = spec.data.dtype.itemsize
+    asz = ACCUMULATOR[spec.data.dtype].itemsize
+    out_tile = tile.tg * tile.toc * tile.toh * tile.tow
+    data_v = s if (streamed_rc or outer_b) else 1
+    w_v = s if (streamed_rc or not outer_b) else 1
+    out_v = 1 if streamed_rc else (2 if s > 1 else 1)
+    sizes = [data_v * tile.tg * tic * rows * cols * isz, w_v * tile.tg * tile.toc * tic * kh * kw * isz]
+    sizes += _epilogue_sizes(spec, out_tile, tile.tg * tile.toc, asz, 1 if streamed_rc else s, out_v)
+    return sum(hw.align(x) for x in sizes)
+
+
+def _chain(stages: Sequence[tuple[int, int]]) -> list[int]:
+    """Bytes of a chain of elementwise stages, each ``(versions, bytes per version)``.
+
+    A stage shares its predecessor's storage when both have the same shape, as the
+    codegen's allocator does (the step runs in place).
+    """
+    sizes, prev = [], None
+    for st in stages:
+        if st != prev:
+            sizes.append(st[0] * st[1])
+        prev = st
+    return sizes
+
+
+def _epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, asz: int, operand_v: int, out_v: int) -> list[int]:
+    """Accumulator, epilogue stages, final output buffer and epilogue operands."""
+    n_epi = len(spec.epilogue)
+    if n_epi:
+        chain = [(1, out_elems * asz)] * n_epi + [(out_v, out_elems * spec.out.dtype.itemsize)]
+    else:
+        chain = [(out_v, out_elems * asz)]
+    sizes = _chain(chain)
+    for e in spec.epilogue:
+        if e.operand is not None:
+            n = channels if e.broadcast == Broadcast.CHANNEL else out_elems
+            sizes.append(operand_v * n * e.operand.dtype.itemsize)
+    return sizes
+
+
+# ----------------------------------------------------------------- matmul
+def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> Estimate:
+    m, n, k = spec.mnk
+    dt = spec.a.dtype
+    tk = min(tile.tk, k)
+    k_tiles = _axis_tiles(k, tk)
+    m_tiles, n_tiles = _axis_tiles(m, tile.tm), _axis_tiles(n, tile.tn)
+    order = _matmul_order(spec, tile)
+    nb = spec.batch
+    a_batch = len(spec.a.shape) > 2
+    b_batch = len(spec.b.shape) > 2
+
+    def a_box(bi, mt, kt):
+        lo, ext = (mt[0], kt[0]), (mt[1], kt[1])
+        if a_batch:
+            return copy_cost(hw, dt, spec.a.shape, (bi, *lo), (1, *ext))
+        return copy_cost(hw, dt, spec.a.shape, lo, ext)
+
+    def b_box(bi, nt, kt):
+        lo, ext = ((nt[0], kt[0]), (nt[1], kt[1])) if spec.transpose_b else ((kt[0], nt[0]), (kt[1], nt[1]))
+        if b_batch:
+            return copy_cost(hw, dt, spec.b.shape, (bi, *lo), (1, *ext))
+        return copy_cost(hw, dt, spec.b.shape, lo, ext)
+
+    def out_box(bi, mt, nt, dtype=None):
+        dtype = dtype or spec.out.dtype
+        if len(spec.out.shape) > 2:
+            return copy_cost(hw, dtype, spec.out.shape, (bi, mt[0], nt[0]), (1, mt[1], nt[1]))
+        return copy_cost(hw, dtype, spec.out.shape, (mt[0], nt[0]), (mt[1], nt[1]))
+
+    steps: list[_Step] = []
+    unit = 0
+    streamed_k = len(k_tiles) > 1
+    for bi in range(nb):
+        pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
+                 else [(mt, nt) for nt in n_tiles for mt in m_tiles])
+        prev = None
+        for mt, nt in pairs:
+            key = mt if order == Order.A_STATIONARY else nt
+            new_outer = key != prev
+            prev = key
+            vec = _vector(hw, spec, mt[1] * nt[1])
+            store = out_box(bi, mt, nt)
+            for ki, kt in enumerate(k_tiles):
+                loads = _Copy()
+                stationary = None
+                if streamed_k:
+                    loads += a_box(bi, mt, kt)
+                    loads += b_box(bi, nt, kt)
+                elif order == Order.A_STATIONARY:
+                    loads += b_box(bi, nt, kt)
+                    stationary = a_box(bi, mt, kt) if new_outer else None
+                else:
+                    loads += a_box(bi, mt, kt)
+                    stationary = b_box(bi, nt, kt) if new_outer else None
+                last = ki == len(k_tiles) - 1
+                if last:
+                    for e in spec.epilogue:
+                        if e.operand is None:
+                            continue
+                        if e.broadcast == Broadcast.CHANNEL:
+                            loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
+                        else:
+                            loads += out_box(bi, mt, nt, e.operand.dtype)
+                tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
+                steps.append(_Step(unit, loads, tensor, last, vec if last else 0, store if last else _Copy(),
+                                   stationary))
+            unit += 1
+    inner = len(n_tiles) if order == Order.A_STATIONARY else len(m_tiles)
+    return _finish(hw, spec, tile, steps, streamed_k or inner > 1)
+
+
+def _matmul_order(spec: MatmulSpec, tile: MatmulTile) -> Order:
+    """The template swaps the order when the designated inner loop has a single iteration."""
+    m, n, _ = spec.mnk
+    n_m, n_n = _ceil(m, tile.tm), _ceil(n, tile.tn)
+    if tile.order == Order.A_STATIONARY and n_n == 1 < n_m:
+        return Order.B_STATIONARY
+    if tile.order == Order.B_STATIONARY and n_m == 1 < n_n:
+        return Order.A_STATIONARY
+    return tile.order
+
+
+def _matmul_footprint(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> int:
+    m, n, k = spec.mnk
+    tk = min(tile.tk, k)
+    streamed_k = tk < k
+    order = _matmul_order(spec, tile)
+    inner = _ceil(n, tile.tn) if order == Order.A_STATIONARY else _ceil(m, tile.tm)
+    pipelined = streamed_k or inner > 1
+    s = tile.stages if pipelined else 1
+    isz, asz = spec.a.dtype.itemsize, ACCUMULATOR[spec.a.dtype].itemsize
+    a_v = s if (streamed_k or order == Order.B_STATIONARY) else 1
+    b_v = s if (streamed_k or order == Order.A_STATIONARY) else 1
+    out_v = 1 if streamed_k else (2 if s > 1 else 1)
+    sizes = [a_v * tile.tm * tk * isz, b_v * tk * tile.tn * isz]
+    sizes += _epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, asz, 1 if streamed_k else s, out_v)
+    return sum(hw.align(x) for x in sizes)
+
+
+# ------------------------------------------------------------------- pool
+def _pool_window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
+    (kh, kw), (sh, sw) = spec.kernel, spec.strides
+    return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + kw
+
+
+def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Estimate:
+    nchw = spec.layout == "NCHW"
+    n, c, _, _ = (spec.data.dim(a) for a in "NCHW")
+    oh, ow = spec.out.dim("H"), spec.out.dim("W")
+    (kh, kw), (sh, sw), (pt, pl) = spec.kernel, spec.strides, spec.padding[:2]
+    rows, cols = _pool_window(spec, tile)
+    dt = spec.data.dtype
+    steps = []
+    unit = 0
+    for b in range(n):
+        for ct in _axis_tiles(c, tile.tc):
+            for y in _axis_tiles(oh, tile.toh):
+                for x in _axis_tiles(ow, tile.tow):
+                    r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+                    if nchw:
+                        load = copy_cost(hw, dt, spec.data.shape, (b, ct[0], r0, c0), (1, ct[1], rows, cols))
+                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
+                    else:
+                        load = copy_cost(hw, dt, spec.data.shape, (b, r0, c0, ct[0]), (1, rows, cols, ct[1]))
+                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
+                    nout = ct[1] * y[1] * x[1]
+                    vec = timing.vector_cycles(hw, nout, kh * kw) + _vector(hw, spec, nout)
+                    steps.append(_Step(unit, load, 0, True, vec, store))
+                    unit += 1
+    return _finish(hw, spec, tile, steps, len(steps) > 1)
+
+
+def _pool_footprint(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
+    rows, cols = _pool_window(spec, tile)
+    n_tiles = _ceil(spec.data.dim("C"), tile.tc) * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+    s = tile.stages if n_tiles > 1 else 1
+    isz = spec.data.dtype.itemsize
+    out_tile = tile.tc * tile.toh * tile.tow
+    sizes = [s * tile.tc * rows * cols * isz]
+    sizes += _epilogue_sizes(spec, out_tile, tile.tc, isz, s, 2 if s > 1 else 1)
+    return sum(hw.align(x) for x in sizes)
+
+
+# ------------------------------------------------------------ elementwise
+def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> Estimate:
+    shape = spec.out.shape
+    chan = spec.out.layout.index("C") if "C" in spec.out.layout else len(shape) - 1
+    steps = []
+    boxes: Iterable = [[]]
+    for total, t in zip(shape, tile.tiles, strict=True):
+        boxes = [[*bx, ax] for bx in boxes for ax in _axis_tiles(total, t)]
+    for unit, box in enumerate(boxes):
+        lo = [a for a, _ in box]
+        ext = [e for _, e in box]
+        loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
+        for e in spec.epilogue:
+            if e.operand is None:
+                continue
+            if e.broadcast == Broadcast.CHANNEL:
+                loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
+            else:
+                loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
+        store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
+        steps.append(_Step(unit, loads, 0, True, _vector(hw, spec, math.prod(ext)), store))
+    return _finish(hw, spec, tile, steps, len(steps) > 1)
+
+
+def _eltwise_footprint(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> int:
+    n_tiles = math.prod(_ceil(a, t) for a, t in zip(spec.out.shape, tile.tiles, strict=True))
+    s = tile.stages if n_tiles > 1 else 1
+    chan = spec.out.layout.index("C") if "C" in spec.out.layout else len(spec.out.shape) - 1
+    elems = math.prod(tile.tiles)
+    isz = spec.data.dtype.itemsize
+    n_epi = len(spec.epilogue)
+    chain = [(s, elems * isz)] + [(1, elems * isz)] * (n_epi - 1) + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)]
+    sizes = _chain(chain)
+    for e in spec.epilogue:
+        if e.operand is not None:
+            n = tile.tiles[chan] if e.broadcast == Broadcast.CHANNEL else elems
+            sizes.append(s * n * e.operand.dtype.itemsize)
+    return sum(hw.align(x) for x in sizes)
+
+
+# ------------------------------------------------------------- dispatch
+_ESTIMATE = {Conv2dSpec: _conv_estimate, MatmulSpec: _matmul_estimate, PoolSpec: _pool_estimate,
+             ElementwiseSpec: _eltwise_estimate}
+_FOOTPRINT = {Conv2dSpec: _conv_footprint, MatmulSpec: _matmul_footprint, PoolSpec: _pool_footprint,
+              ElementwiseSpec: _eltwise_footprint}
+
+
+def estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> Estimate:
+    """Predicted cycles, DRAM traffic and SRAM use of ``spec`` scheduled with ``tile``."""
+    return _ESTIMATE[type(spec)](spec, tile, hw)
+
+
+def footprint(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
+    """SRAM bytes the template allocates for ``tile`` (aligned, versions included)."""
+    return _FOOTPRINT[type(spec)](spec, tile, hw)
+
+
+def _sizes(total: int, quantum: int, opts: CompilerOptions, limit: int = 12) -> list[int]:
+    """Tile extents worth trying along one axis: the whole axis, even splits, multiples of the array."""
+    cands = {total}
+    for parts in range(2, limit + 1):
+        cands.add(_ceil(total, parts))
+    q = quantum
+    while q < total:
+        cands.add(q)
+        q *= 2
+    return sorted(x for x in cands if opts.tile_min <= x <= opts.tile_max or x == total < opts.tile_min)
+
+
+def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
+    """Every tile the search considers (before the SRAM check)."""
+    s = opts.pipeline_stages
+    if isinstance(spec, Conv2dSpec):
+        g = spec.groups
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        if g > 1:
+            groups = [t for t in _sizes(g, hw.mac_cols, opts) if og == 1 or t == 1]
+            tocs = [og] if og == 1 else [t for t in _sizes(og, hw.mac_cols, opts) if og % t == 0]
+            tics = [cg]
+        else:
+            groups, tocs, tics = [1], _sizes(og, hw.mac_cols, opts), _sizes(cg, hw.mac_rows, opts, limit=4)
+        out = []
+        for tg in groups:
+            for toc in tocs:
+                if tg > 1 and toc != og:
+                    continue
+                for tic in tics:
+                    for toh in _sizes(oh, 1, opts, limit=28):
+                        for tow in _sizes(ow, 1, opts, limit=4):
+                            for order in Order:
+                                out.append(ConvTile(toc, toh, tow, tic, order, s, tg))
+        return out
+    if isinstance(spec, MatmulSpec):
+        m, n, k = spec.mnk
+        return [MatmulTile(tm, tn, tk, order, s)
+                for tm in _sizes(m, hw.mac_rows, opts) for tn in _sizes(n, hw.mac_cols, opts)
+                for tk in _sizes(k, hw.mac_rows, opts, limit=4) for order in Order]
+    if isinstance(spec, PoolSpec):
+        c, oh, ow = spec.data.dim("C"), spec.out.dim("H"), spec.out.dim("W")
+        return [PoolTile(tc, toh, tow, s) for tc in _sizes(c, hw.vector_lanes, opts)
+                for toh in _sizes(oh, 1, opts, limit=16) for tow in _sizes(ow, 1, opts, limit=4)]
+    if isinstance(spec, ElementwiseSpec):
+        shape = spec.out.shape
+        out = []
+        # tile the outermost non-unit axis; keep the rest whole (long contiguous runs)
+        axis = next((i for i, d in enumerate(shape) if d > 1), 0)
+        for t in _sizes(shape[axis], 1, opts, limit=64):
+            tiles = tuple(1 if i < axis else t if i == axis else d for i, d in enumerate(shape))
+            out.append(EltwiseTile(tiles, s))
+            if axis + 1 < len(shape):  # also split the next axis when one slice is too big
+                for t2 in _sizes(shape[axis + 1], 1, opts, limit=16):
+                    tiles2 = tuple(1 if i <= axis else t2 if i == axis + 1 else d for i, d in enumerate(shape))
+                    out.append(EltwiseTile(tiles2, s))
+        return out
+    raise TypeError(f"no tile search for {type(spec).__name__}")
+
+
+def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple[TileParams, int]]:
+    """Candidates whose footprint fits ``-max-sram-bytes``, with their footprints."""
+    budget = hw.max_sram_bytes
+    out = []
+    for t in candidates(spec, hw, opts):
+        fp = footprint(spec, t, hw)
+        if fp <= budget:
+            out.append((t, fp))
+    return out
+
+
+def _quick(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
+    """A fast lower estimate used to prune before the flow model (compute vs traffic)."""
+    est = estimate(spec, tile, hw)
+    return est.cycles
+
+
+def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
+    """The cheapest legal tile by the cost model; raises :class:`NoTileFits` if none fits."""
+    ok = legal(spec, hw, opts)
+    if not ok:
+        raise NoTileFits(
+            f"{spec.name}: no tile of this {type(spec).__name__.removesuffix('Spec').lower()} fits "
+            f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
+            f"(tile extents {opts.tile_min}..{opts.tile_max})"
+        )
+    # rank by the largest tiles first (fewest steps) to keep the flow model on few candidates
+    ok.sort(key=lambda tf: -tf[1])
+    best = min(ok[:400], key=lambda tf: (_quick(spec, tf[0], hw), -tf[1]))
+    return best[0]
+
+
+def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
+    """Whether some legal tile of ``spec`` fits the SRAM budget."""
+    return any(footprint(spec, t, hw) <= hw.max_sram_bytes for t in candidates(spec, hw, opts))
+
