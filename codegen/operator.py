@@ -1,6 +1,8 @@
-"""Compile one scheduled operator into a partition's instruction stream."""
+"""Compile one operator into a partition's instruction stream: schedule, lower, walk, emit."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tvm_npu.tir_schedules import Scheduled, schedule
 from tvm_npu.tir_schedules.ops import OpSpec
@@ -10,12 +12,22 @@ from .emit import OperatorEmitter, ProgramAssembler
 from .lower import lower
 from .tir_walk import compile_walk
 
+#: Receives (stage name, text) for every intermediate form when dumping is on.
+Dump = Callable[[str, str], None]
 
-def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, layer: int) -> Scheduled:
-    """Schedule, lower, walk and emit ``spec``; SRAM is released again afterwards."""
+
+def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, layer: int,
+                     dump: Dump | None = None) -> Scheduled:
+    """Emit ``spec`` scheduled with ``tile``; its SRAM is released again afterwards."""
     scheduled = schedule(spec, tile)
     lowered = lower(scheduled.sch.mod)
     walk = compile_walk(lowered["main"])
+    if dump is not None:
+        dump("0_spec", f"{spec}\n{tile}\n")
+        dump("1_scheduled_tir", scheduled.sch.mod.script())
+        dump("2_schedule_trace", str(scheduled.sch.trace))
+        dump("3_lowered_tir", lowered.script())
+        dump("4_walk", walk.source)
     mark = asm.sram_top
     OperatorEmitter(asm, spec, walk, scheduled.roles, scheduled.axes, scheduled.aliases, layer).run()
     asm.sram_top = mark

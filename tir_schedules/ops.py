@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field, replace
-from typing import Union
+from dataclasses import dataclass, field, fields, replace
 
 from tvm_npu.config import DType
 
@@ -202,4 +201,25 @@ class ElementwiseSpec(_OpBase):
     macs = 0
 
 
-OpSpec = Union[Conv2dSpec, MatmulSpec, PoolSpec, ElementwiseSpec]
+OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec
+
+
+def spec_key(spec: OpSpec) -> str:
+    """A name-free signature of an operator: equal for operators that schedule identically.
+
+    Tuning records are keyed by it, so a tile tuned for one ResNet block applies to
+    every block of the same shape.
+    """
+
+    def ref(t: TensorRef | None) -> str:
+        return "-" if t is None else f"{t.dtype.name}{list(t.shape)}{t.layout}"
+
+    parts = [type(spec).__name__]
+    for f in fields(spec):
+        if f.name in ("name", "epilogue"):
+            continue
+        v = getattr(spec, f.name)
+        parts.append(ref(v) if isinstance(v, TensorRef) else f"{f.name}={v.value if isinstance(v, enum.Enum) else v}")
+    for e in spec.epilogue:
+        parts.append(f"{e.kind.value}:{e.broadcast.value}:{ref(e.operand)}:{e.lo}:{e.hi}")
+    return "|".join(parts)

@@ -1,0 +1,151 @@
+"""``tvm_npu.build``: the single build driver, an explicit list of named stages.
+
+    import      ONNX model or file -> Relax (tvm.relax.frontend.onnx)
+    bind        user parameters -> constants (relax.transform.BindParams)
+    canonicalize  constant folding, batch-norm folding, ONNX Sum -> add
+    layout      activation layout planning (relay_patterns.layout)
+    partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions
+    codegen     RunCodegen: relax.ext.npu compiles each partition into an ``npu`` module
+    host        relax.build of what remains, for llvm
+
+Every stage's output can be dumped (``dump_dir=`` or ``TVM_NPU_DUMP``): Relax IR
+as text after each Relax stage, and per operator its spec, scheduled TIR, schedule
+trace, lowered TIR and the program's disassembly from the codegen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+
+import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
+from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
+from tvm_npu.relay_patterns.layout import plan_layouts
+from tvm_npu.tir_schedules.params import TileParams, tile_to_json
+
+Model = tvm.IRModule | onnx.ModelProto | str | os.PathLike
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step of the pipeline: Relax module in, Relax module out."""
+
+    name: str
+    run: Callable[[tvm.IRModule], tvm.IRModule]
+
+
+def load_model(model: Model) -> tvm.IRModule:
+    """A Relax module from a Relax module, an ``onnx.ModelProto`` or a path to a ``.onnx`` file."""
+    if isinstance(model, tvm.IRModule):
+        return model
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"model file {str(path)!r} does not exist")
+        try:
+            model = onnx.load(str(path))
+        except Exception as e:  # onnx raises DecodeError and friends for non-model files
+            raise ValueError(f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e})") from None
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"model must be a tvm.IRModule, an onnx.ModelProto or a path, not {type(model).__name__}")
+    if not model.graph.node:
+        raise ValueError("the ONNX model has an empty graph")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    return from_onnx(model, keep_params_in_input=False)
+
+
+def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRModule]:
+    def run(mod: tvm.IRModule) -> tvm.IRModule:
+        if not params:
+            return mod
+        arrays = {k: tvm.runtime.tensor(np.asarray(v)) for k, v in params.items()}
+        return relax.transform.BindParams("main", arrays)(mod)
+
+    return run
+
+
+def _seq(passes: list[tvm.transform.Pass]) -> Callable[[tvm.IRModule], tvm.IRModule]:
+    def run(mod: tvm.IRModule) -> tvm.IRModule:
+        with tvm.transform.PassContext(opt_level=3):
+            return tvm.transform.Sequential(passes)(mod)
+
+    return run
+
+
+def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir: Path | None = None,
+           tiles: Mapping[str, TileParams] | None = None) -> list[Stage]:
+    """The pipeline, in order, for one target (see the module docstring)."""
+    options = {"target": str(target), "tiles": json.dumps({k: tile_to_json(v) for k, v in (tiles or {}).items()})}
+    if dump_dir is not None:
+        options["dump_dir"] = str(dump_dir)
+
+    def codegen(mod: tvm.IRModule) -> tvm.IRModule:
+        mod = relax.transform.RunCodegen(target_options={"npu": options})(mod)
+        # constants live inside the NPU programs; without this they would be packed twice
+        return mod.without_attr("const_name_to_constant") if "const_name_to_constant" in (mod.attrs or {}) else mod
+
+    return [
+        Stage("bind", _bind(params)),
+        Stage("canonicalize", _seq(canonicalize_passes())),
+        Stage("layout", lambda mod: plan_layouts(mod, target)),
+        Stage("partition", _seq([
+            relax.transform.FuseOpsByPattern(pattern_table(target), bind_constants=True, annotate_codegen=False),
+            relax.transform.MergeCompositeFunctions(),
+        ])),
+        Stage("codegen", codegen),
+    ]
+
+
+def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> None:
+    if dump_dir is not None:
+        (dump_dir / f"{index:02d}_{name}.relax.txt").write_text(mod.script(show_meta=False))
+
+
+def build(
+    model: Model,
+    target: str | NpuTarget = "npu",
+    *,
+    params: Mapping[str, Any] | None = None,
+    dump_dir: str | os.PathLike | None = None,
+    tiles: Mapping[str, TileParams] | None = None,
+) -> relax.VMExecutable:
+    """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
+
+    ``target`` is ``"npu -key=value ..."`` (see ``tvm_npu.config``); ``params`` binds
+    named function parameters as constants; ``dump_dir`` (or ``$TVM_NPU_DUMP``) receives
+    every intermediate form; ``tiles`` overrides the cost model's tile choice per
+    operator signature (tuning records, see :mod:`tvm_npu.tuning`).
+    """
+    npu = parse_target(target)
+    dump = dump_dir if dump_dir is not None else os.environ.get("TVM_NPU_DUMP")
+    dump_path = Path(dump) if dump else None
+    if dump_path is not None:
+        dump_path.mkdir(parents=True, exist_ok=True)
+    mod = load_model(model)
+    _dump(dump_path, 0, "import", mod)
+    for i, stage in enumerate(stages(npu, params, dump_path, tiles), start=1):
+        mod = stage.run(mod)
+        _dump(dump_path, i, stage.name, mod)
+    return relax.build(mod, target=host_target())
+
+
+def host_target() -> tvm.target.Target:
+    """The host (llvm) target every non-NPU operator is compiled for."""
+    return tvm.target.Target({"kind": "llvm"})
+
+
+def build_reference(model: Model, *, params: Mapping[str, Any] | None = None) -> relax.VMExecutable:
+    """The same model built for llvm only: the numerical reference and the speed baseline."""
+    mod = _bind(params)(load_model(model))
+    return relax.build(mod, target=host_target())
