@@ -275,24 +275,28 @@ class OperatorEmitter:
             self._emit(cls(tensor, d_off + od, self.addr[sram.buffer] + (s_off + osr) * itemsize, dtype,
                            shape, dstr, sstr))
         if load:
-            self._record_load(site.extents, sram, tuple(sram_base), dram, dram_base, lo, hi)
+            self._record_load(sram, tuple(sram_base), dram, dram_base, lo, hi)
 
-    def _record_load(self, extents, sram: Access, sram_base, dram: Access, dram_base, lo, hi) -> None:
+    def _record_load(self, sram: Access, sram_base, dram: Access, dram_base, lo, hi) -> None:
+        """Remember the loaded tile's data-holding box and its global origin per dim.
+
+        A dim that follows a loop takes the clamped loop range; a dim of extent one
+        (no loop) lines up with the DRAM dim in the same trailing position (copies keep
+        the tensor's dim order; pipeline versions lead on the SRAM side).
+        """
         t_lo, t_hi, origin = [], [], []
+        shift = len(dram.shape) - len(sram.shape)
         for d in range(len(sram.shape)):
             v = _loop_of(sram, d)
-            if v is None or v < 0:
-                t_lo.append(0)
-                t_hi.append(1)
-                origin.append(None)
+            if v is not None and v >= 0:
+                t_lo.append(lo[v])
+                t_hi.append(hi[v])
+                origin.append(next((dram_base[dd] for dd in range(len(dram.shape)) if _loop_of(dram, dd) == v), None))
                 continue
-            t_lo.append(lo[v])
-            t_hi.append(hi[v])
-            g = None
-            for dd in range(len(dram.shape)):
-                if _loop_of(dram, dd) == v:
-                    g = dram_base[dd]
-            origin.append(g)
+            t_lo.append(0)
+            t_hi.append(1)
+            dd = d + shift
+            origin.append(dram_base[dd] if 0 <= dd < len(dram.shape) and _loop_of(dram, dd) is None else None)
         self.tiles[(sram.buffer, sram_base)] = _Tile(tuple(t_lo), tuple(t_hi), tuple(origin))
 
     # ------------------------------------------------------------- validity

@@ -129,8 +129,9 @@ class DmaStore(_Dma):
 class MatMul:
     """``C[m, n] (+)= sum_k A[m, k] * B[k, n]`` in the accumulator type of ``in_dtype``.
 
-    fp32 operands are multiplied and summed in fp32; fp16 operands are multiplied
-    exactly and summed in fp32; int8 products are summed in int32 with two's-complement
+    fp32 and fp16 products are summed in the array's wide internal accumulator and the
+    tile's sum is rounded once to the fp32 accumulator (so a result does not depend on
+    its position in the tile); int8 products are summed in int32 with two's-complement
     wrap-around. The tile's sum is added to C once (``accumulate``) or overwrites it.
     """
 

@@ -25,9 +25,12 @@ _Operand = tuple[tuple[int, ...], np.dtype, int, tuple[int, ...]]
 
 _F64 = np.dtype(np.float64)
 _I64 = np.dtype(np.int64)
-#: Type the tensor engine computes each operand type in: exact products, the accumulator's width.
-#: int8 goes through float64, which is exact for every sum an SRAM-sized tile can produce.
-_WORK = {DType.INT8: _F64, DType.FP16: np.dtype(np.float32), DType.FP32: np.dtype(np.float32)}
+#: Type the tensor engine computes each operand type in. The array sums one instruction's
+#: products in a wide internal accumulator and rounds once into the SRAM accumulator
+#: (fp32) per instruction: emulated in float64, so a result does not depend on where in
+#: a tile an output sits. int8 goes through float64 too, which is exact for every sum an
+#: SRAM-sized tile can produce, then wraps to int32.
+_WORK = {DType.INT8: _F64, DType.FP16: _F64, DType.FP32: _F64}
 
 
 def _operand(addr: int, shape: Sequence[int], strides: Sequence[int], dtype: DType) -> _Operand:

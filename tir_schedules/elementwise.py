@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import s_tir, te
 
-from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
+from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, extent, mark, pipeline, placeholder, split
 from .ops import ElementwiseSpec
 from .params import EltwiseTile
 
@@ -53,7 +53,10 @@ def schedule(spec: ElementwiseSpec, tile: EltwiseTile) -> Scheduled:
     data_s = sch.cache_read(sch.get_sblock("epi0" if n_epi > 1 else spec.out.name), 0, SRAM)
     res.roles[buffer_name(sch, data_s)] = "data"
     res.loads.append(attach(sch, data_s, t, "dma"))
-    res.aliases[prev] = buffer_name(sch, data_s)
+    if extent(sch, t) == 1 or tile.stages == 1:
+        # in place on the loaded data only without pipelining: a pipelined load refills
+        # its buffer before the previous tile's result is stored
+        res.aliases[prev] = buffer_name(sch, data_s)
     res.stores.append(attach(sch, store, t, "dma", reverse=True))
     pipeline(sch, t, tile.stages, res.loads, res.stores)
     return res

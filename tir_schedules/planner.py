@@ -23,19 +23,23 @@ codegen's allocation. ``-tile-min``/``-tile-max`` bound every tile extent.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from tvm_npu.simulator import timing
 
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, DType, HardwareConfig
 
 from .dma import copy_plan, pad3, split_outer
-from .ops import Broadcast, Conv2dSpec, ElementwiseSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
+from .ops import Broadcast, Conv2dSpec, ElementwiseSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec, spec_key
 from .params import ConvTile, EltwiseTile, MatmulTile, Order, PoolTile, TileParams
 
 TRANSCENDENTAL = {EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU}
+#: The search may stop this close (relative) to the best possible tile by the compute floor.
+SEARCH_TOLERANCE = 0.03
 
 
 class NoTileFits(ValueError):
@@ -70,92 +74,128 @@ class Estimate:
     sram_bytes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Copy:
-    """Cost of one tile copy: per descriptor (engine cycles), channel cycles, bytes."""
+    """Cost of copies: engine cycles (latency included), channel cycles, bytes moved and useful."""
 
     engine: int = 0
     channel: int = 0
     moved: int = 0
     useful: int = 0
 
-    def __iadd__(self, other: _Copy) -> _Copy:
-        self.engine += other.engine
-        self.channel += other.channel
-        self.moved += other.moved
-        self.useful += other.useful
-        return self
+    def __add__(self, other: _Copy) -> _Copy:
+        return _Copy(self.engine + other.engine, self.channel + other.channel, self.moved + other.moved,
+                     self.useful + other.useful)
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo: Sequence[int],
               ext: Sequence[int], sram_shape: Sequence[int] | None = None) -> _Copy:
     """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor."""
     lo2, ext2 = [], []
-    for a, e, n in zip(lo, ext, tensor_shape, strict=True):
+    for a, e, n in zip(lo, ext, tensor_shape, strict=True):  # clamp to the tensor, as the codegen does
         b, c = max(a, 0), min(a + e, n)
         if c <= b:
             return _Copy()
         lo2.append(b)
         ext2.append(c - b)
     dstr = _row_major(tensor_shape)
-    sstr = _row_major(sram_shape or ext)
     offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
-    res = _Copy()
+    # bursts depend on the start address only modulo the burst size: cache on that residue
+    residue = offset * dtype.itemsize % hw.dram_burst_bytes
+    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_shape or ext), residue)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
+               sram_shape: tuple[int, ...], residue: int) -> _Copy:
     isz = dtype.itemsize
-    for (od, _), inner in split_outer(copy_plan(ext2, dstr, sstr)):
+    res = _Copy()
+    for (od, _), inner in split_outer(copy_plan(ext, _row_major(tensor_shape), _row_major(sram_shape))):
         shape, strides = pad3(inner, 0)
-        bursts = timing.dram_bursts(hw, shape, strides, offset + od, isz)
+        start = (residue + od * isz) % hw.dram_burst_bytes
+        bursts = timing.dram_bursts(hw, shape, strides, start // isz, isz)
         xfer = _ceil(bursts * hw.dram_burst_bytes, hw.dram_bytes_per_cycle)
-        res += _Copy(hw.dma_latency + xfer, xfer, bursts * hw.dram_burst_bytes, math.prod(shape) * isz)
+        res = res + _Copy(hw.dma_latency + xfer, xfer, bursts * hw.dram_burst_bytes, math.prod(shape) * isz)
     return res
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Step:
     """One iteration of the pipelined loop."""
 
-    unit: int  # output tile it accumulates into
     loads: _Copy
     tensor: int = 0
     finish: bool = True  # the output tile is complete after this step (epilogue and store follow)
     vector: int = 0
-    store: _Copy = field(default_factory=_Copy)
+    store: _Copy = _Copy()
     stationary: _Copy | None = None  # loaded before this step, once per outer iteration
 
 
-def _flow(steps: Sequence[_Step], in_versions: int, acc_versions: int, out_versions: int) -> tuple[float, float]:
-    """Finish time of the pipelined schedule (see the module docstring) and of the first load."""
-    load_free = tensor_free = vector_free = store_free = 0.0
-    tensor_end: list[float] = []
-    acc_release: dict[int, float] = {}
-    store_end: dict[int, float] = {}
-    stationary_wait = 0.0
-    first_load = None
-    finished = 0
-    for j, st in enumerate(steps):
-        start = load_free
+class _Pruned(Exception):
+    """The estimate already exceeds the search's cutoff."""
+
+
+#: Passed as ``cutoff`` to an estimator: return its first step instead of an estimate.
+_FIRST = -1.0
+
+
+class _Flow:
+    """The flow-shop of the module docstring, fed one step at a time.
+
+    ``floor`` is the tensor-engine work of all steps; once the tensor engine's finish
+    time plus the work still to come passes ``cutoff``, the candidate is abandoned.
+    """
+
+    def __init__(self, in_versions: int, acc_versions: int, out_versions: int, floor: int = 0,
+                 cutoff: float = math.inf) -> None:
+        self.v_in, self.v_acc, self.v_out = in_versions, acc_versions, out_versions
+        self.remaining, self.cutoff = floor, cutoff
+        self.load_free = self.tensor_free = self.vector_free = self.store_free = 0.0
+        self.stationary_wait = 0.0
+        self.tensor_end: list[float] = []
+        self.acc_release: list[float] = []
+        self.store_end: list[float] = []
+        self.first_load: float | None = None
+        self.total = _Copy()
+        self.tensor = self.vector = self.loads = self.stores = 0
+
+    def add(self, st: _Step) -> None:
+        start = self.load_free
         if st.stationary is not None:
-            start = max(start, stationary_wait)
-            start += st.stationary.engine
-        if j >= in_versions:
-            start = max(start, tensor_end[j - in_versions])
-        load_free = start + st.loads.engine
-        if first_load is None:
-            first_load = load_free
-        t0 = max(tensor_free, load_free, acc_release.get(st.unit - acc_versions, 0.0))
-        tensor_free = t0 + st.tensor
-        tensor_end.append(tensor_free)
-        stationary_wait = tensor_free
+            start = max(start, self.stationary_wait) + st.stationary.engine
+            self.total = self.total + st.stationary
+            self.loads += st.stationary.engine
+        j = len(self.tensor_end)
+        if j >= self.v_in:
+            start = max(start, self.tensor_end[j - self.v_in])
+        self.load_free = start + st.loads.engine
+        if self.first_load is None:
+            self.first_load = self.load_free
+        unit = len(self.store_end)
+        acc_free = self.acc_release[unit - self.v_acc] if unit >= self.v_acc else 0.0
+        self.tensor_free = max(self.tensor_free, self.load_free, acc_free) + st.tensor
+        self.tensor_end.append(self.tensor_free)
+        self.stationary_wait = self.tensor_free
+        self.remaining -= st.tensor
+        if self.tensor_free + self.remaining > self.cutoff:
+            raise _Pruned
+        self.total = self.total + st.loads + st.store
+        self.tensor += st.tensor
+        self.loads += st.loads.engine
         if not st.finish:
-            continue
-        v0 = max(vector_free, tensor_free, store_end.get(st.unit - out_versions, 0.0))
-        vector_free = v0 + st.vector
-        s0 = max(store_free, vector_free)
-        store_free = s0 + st.store.engine
-        store_end[st.unit] = store_free
-        acc_release[st.unit] = vector_free if st.vector else store_free
-        finished += 1
-    return max(store_free, vector_free, tensor_free, load_free), first_load or 0.0
+            return
+        out_free = self.store_end[unit - self.v_out] if unit >= self.v_out else 0.0
+        self.vector_free = max(self.vector_free, self.tensor_free, out_free) + st.vector
+        self.store_free = max(self.store_free, self.vector_free) + st.store.engine
+        self.store_end.append(self.store_free)
+        self.acc_release.append(self.vector_free if st.vector else self.store_free)
+        self.vector += st.vector
+        self.stores += st.store.engine
+
+    def cycles(self) -> float:
+        flow = max(self.store_free, self.vector_free, self.tensor_free, self.load_free)
+        return max(flow, self.total.channel + (self.first_load or 0.0))
 
 
 def _vector(hw: HardwareConfig, spec: OpSpec, n: int) -> int:
@@ -163,24 +203,23 @@ def _vector(hw: HardwareConfig, spec: OpSpec, n: int) -> int:
                for e in spec.epilogue)
 
 
-def _finish(hw: HardwareConfig, spec: OpSpec, tile: TileParams, steps: list[_Step], pipelined: bool) -> Estimate:
+def _run(hw: HardwareConfig, spec: OpSpec, tile: TileParams, steps: Iterable[_Step], pipelined: bool,
+         cutoff: float) -> Estimate:
     stages = tile.stages if pipelined else 1
     has_epi = bool(spec.epilogue)
-    flow, first = _flow(steps, stages, 1 if has_epi or stages == 1 else 2, 2 if stages > 1 else 1)
-    loads = sum(s.loads.engine + (s.stationary.engine if s.stationary else 0) for s in steps)
-    stores = sum(s.store.engine for s in steps)
-    channel = sum(s.loads.channel + s.store.channel + (s.stationary.channel if s.stationary else 0) for s in steps)
-    moved = sum(s.loads.moved + s.store.moved + (s.stationary.moved if s.stationary else 0) for s in steps)
-    useful = sum(s.loads.useful + s.store.useful + (s.stationary.useful if s.stationary else 0) for s in steps)
+    flow = _Flow(stages, 1 if has_epi or stages == 1 else 2, 2 if stages > 1 else 1,
+                 compute_floor(spec, tile, hw), cutoff)
+    for st in steps:
+        flow.add(st)
     return Estimate(
-        cycles=max(flow, channel + first),
-        tensor_cycles=sum(s.tensor for s in steps),
-        vector_cycles=sum(s.vector for s in steps),
-        load_cycles=loads,
-        store_cycles=stores,
-        channel_cycles=channel,
-        dram_bytes=moved,
-        wasted_bytes=moved - useful,
+        cycles=flow.cycles(),
+        tensor_cycles=flow.tensor,
+        vector_cycles=flow.vector,
+        load_cycles=flow.loads,
+        store_cycles=flow.stores,
+        channel_cycles=flow.total.channel,
+        dram_bytes=flow.total.moved,
+        wasted_bytes=flow.total.moved - flow.total.useful,
         sram_bytes=footprint(spec, tile, hw),
     )
 
@@ -196,7 +235,7 @@ def _conv_window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
     return (tile.toh - 1) * sh + (kh - 1) * dh + 1, (tile.tow - 1) * sw + (kw - 1) * dw + 1
 
 
-def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Estimate:
+def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff: float = math.inf) -> Estimate:
     nchw = spec.layout == "NCHW"
     n, c, h, w = (spec.data.dim(a) for a in "NCHW")
     o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
@@ -210,7 +249,8 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Esti
     rc_tiles = _axis_tiles(cg, tic)
     g_tiles = _axis_tiles(g, tile.tg)
     oc_tiles = _axis_tiles(og, tile.toc)
-    sp_tiles = [(y, x) for y in _axis_tiles(oh, tile.toh) for x in _axis_tiles(ow, tile.tow)]
+    y_tiles, x_tiles = _axis_tiles(oh, tile.toh), _axis_tiles(ow, tile.tow)
+    n_sp = len(y_tiles) * len(x_tiles)
     dshape = spec.data.shape
     oshape = spec.out.shape
 
@@ -247,45 +287,46 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Esti
                 cost += out_box(b, gt, ot, y, x, e.operand.dtype)
         return cost
 
-    steps: list[_Step] = []
-    unit = 0
     outer_b = tile.order == Order.B_STATIONARY
     pipelined_rc = len(rc_tiles) > 1
-    for b in range(n):
-        if outer_b:
-            pairs = [((gt, ot), sp) for gt in g_tiles for ot in oc_tiles for sp in sp_tiles]
-        else:
-            pairs = [((gt, ot), sp) for gt in g_tiles for sp in sp_tiles for ot in oc_tiles]
-        prev_outer = None
-        for (gt, ot), (y, x) in pairs:
-            outer_key = (gt, ot) if outer_b else (gt, y, x)
-            new_outer = outer_key != prev_outer
-            prev_outer = outer_key
-            m = y[1] * x[1]
-            oe = ot[1]
-            vec = _vector(hw, spec, gt[1] * oe * m)
-            store = out_box(b, gt, ot, y, x)
-            for ri, ct in enumerate(rc_tiles):
-                tensor = timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
-                loads = _Copy()
-                stationary = None
-                if pipelined_rc:
-                    loads += data_box(b, gt, ct, y, x)
-                    loads += weight_box(gt, ot, ct)
-                elif outer_b:
-                    loads += data_box(b, gt, ct, y, x)
-                    stationary = weight_box(gt, ot, ct) if new_outer else None
-                else:
-                    loads += weight_box(gt, ot, ct)
-                    stationary = data_box(b, gt, ct, y, x) if new_outer else None
-                last = ri == len(rc_tiles) - 1
-                if last:
-                    loads += epi_loads(b, gt, ot, y, x)
-                steps.append(_Step(unit, loads, tensor, last, vec if last else 0, store if last else _Copy(),
-                                   stationary))
-            unit += 1
-    pipelined = pipelined_rc or (len(sp_tiles) if outer_b else len(oc_tiles)) > 1
-    return _finish(hw, spec, tile, steps, pipelined)
+
+    def gen() -> Iterator[_Step]:
+        for b in range(n):
+            if outer_b:
+                pairs = (((gt, ot), (y, x)) for gt in g_tiles for ot in oc_tiles for y in y_tiles for x in x_tiles)
+            else:
+                pairs = (((gt, ot), (y, x)) for gt in g_tiles for y in y_tiles for x in x_tiles for ot in oc_tiles)
+            prev_outer = None
+            for (gt, ot), (y, x) in pairs:
+                outer_key = (gt, ot) if outer_b else (gt, y, x)
+                new_outer = outer_key != prev_outer
+                prev_outer = outer_key
+                m = y[1] * x[1]
+                oe = ot[1]
+                vec = _vector(hw, spec, gt[1] * oe * m)
+                store = out_box(b, gt, ot, y, x)
+                for ri, ct in enumerate(rc_tiles):
+                    tensor = timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
+                    loads = _Copy()
+                    stationary = None
+                    if pipelined_rc:
+                        loads += data_box(b, gt, ct, y, x)
+                        loads += weight_box(gt, ot, ct)
+                    elif outer_b:
+                        loads += data_box(b, gt, ct, y, x)
+                        stationary = weight_box(gt, ot, ct) if new_outer else None
+                    else:
+                        loads += weight_box(gt, ot, ct)
+                        stationary = data_box(b, gt, ct, y, x) if new_outer else None
+                    last = ri == len(rc_tiles) - 1
+                    if last:
+                        loads += epi_loads(b, gt, ot, y, x)
+                    yield _Step(loads, tensor, last, vec if last else 0, store if last else _Copy(), stationary)
+
+    pipelined = pipelined_rc or (n_sp if outer_b else len(oc_tiles)) > 1
+    if cutoff is _FIRST:
+        return next(gen())
+    return _run(hw, spec, tile, gen(), pipelined, cutoff)
 
 
 def _conv_footprint(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
@@ -340,7 +381,7 @@ def _epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, asz: int, opera
 
 
 # ----------------------------------------------------------------- matmul
-def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> Estimate:
+def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig, cutoff: float = math.inf) -> Estimate:
     m, n, k = spec.mnk
     dt = spec.a.dtype
     tk = min(tile.tk, k)
@@ -369,46 +410,48 @@ def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> 
             return copy_cost(hw, dtype, spec.out.shape, (bi, mt[0], nt[0]), (1, mt[1], nt[1]))
         return copy_cost(hw, dtype, spec.out.shape, (mt[0], nt[0]), (mt[1], nt[1]))
 
-    steps: list[_Step] = []
-    unit = 0
     streamed_k = len(k_tiles) > 1
-    for bi in range(nb):
-        pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
-                 else [(mt, nt) for nt in n_tiles for mt in m_tiles])
-        prev = None
-        for mt, nt in pairs:
-            key = mt if order == Order.A_STATIONARY else nt
-            new_outer = key != prev
-            prev = key
-            vec = _vector(hw, spec, mt[1] * nt[1])
-            store = out_box(bi, mt, nt)
-            for ki, kt in enumerate(k_tiles):
-                loads = _Copy()
-                stationary = None
-                if streamed_k:
-                    loads += a_box(bi, mt, kt)
-                    loads += b_box(bi, nt, kt)
-                elif order == Order.A_STATIONARY:
-                    loads += b_box(bi, nt, kt)
-                    stationary = a_box(bi, mt, kt) if new_outer else None
-                else:
-                    loads += a_box(bi, mt, kt)
-                    stationary = b_box(bi, nt, kt) if new_outer else None
-                last = ki == len(k_tiles) - 1
-                if last:
-                    for e in spec.epilogue:
-                        if e.operand is None:
-                            continue
-                        if e.broadcast == Broadcast.CHANNEL:
-                            loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
-                        else:
-                            loads += out_box(bi, mt, nt, e.operand.dtype)
-                tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
-                steps.append(_Step(unit, loads, tensor, last, vec if last else 0, store if last else _Copy(),
-                                   stationary))
-            unit += 1
+
+    def gen() -> Iterator[_Step]:
+        for bi in range(nb):
+            pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
+                     else [(mt, nt) for nt in n_tiles for mt in m_tiles])
+            prev = None
+            for mt, nt in pairs:
+                key = mt if order == Order.A_STATIONARY else nt
+                new_outer = key != prev
+                prev = key
+                vec = _vector(hw, spec, mt[1] * nt[1])
+                store = out_box(bi, mt, nt)
+                for ki, kt in enumerate(k_tiles):
+                    loads = _Copy()
+                    stationary = None
+                    if streamed_k:
+                        loads += a_box(bi, mt, kt)
+                        loads += b_box(bi, nt, kt)
+                    elif order == Order.A_STATIONARY:
+                        loads += b_box(bi, nt, kt)
+                        stationary = a_box(bi, mt, kt) if new_outer else None
+                    else:
+                        loads += a_box(bi, mt, kt)
+                        stationary = b_box(bi, nt, kt) if new_outer else None
+                    last = ki == len(k_tiles) - 1
+                    if last:
+                        for e in spec.epilogue:
+                            if e.operand is None:
+                                continue
+                            if e.broadcast == Broadcast.CHANNEL:
+                                loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
+                            else:
+                                loads += out_box(bi, mt, nt, e.operand.dtype)
+                    tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
+                    yield _Step(loads, tensor, last, vec if last else 0, store if last else _Copy(),
+                                stationary)
+
     inner = len(n_tiles) if order == Order.A_STATIONARY else len(m_tiles)
-    return _finish(hw, spec, tile, steps, streamed_k or inner > 1)
+    if cutoff is _FIRST:
+        return next(gen())
+    return _run(hw, spec, tile, gen(), streamed_k or inner > 1, cutoff)
 
 
 def _matmul_order(spec: MatmulSpec, tile: MatmulTile) -> Order:
@@ -445,7 +488,7 @@ def _pool_window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
     return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + kw
 
 
-def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Estimate:
+def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig, cutoff: float = math.inf) -> Estimate:
     nchw = spec.layout == "NCHW"
     n, c, _, _ = (spec.data.dim(a) for a in "NCHW")
     oh, ow = spec.out.dim("H"), spec.out.dim("W")
@@ -453,7 +496,6 @@ def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Estima
     rows, cols = _pool_window(spec, tile)
     dt = spec.data.dtype
     steps = []
-    unit = 0
     for b in range(n):
         for ct in _axis_tiles(c, tile.tc):
             for y in _axis_tiles(oh, tile.toh):
@@ -467,9 +509,10 @@ def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Estima
                         store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
                     nout = ct[1] * y[1] * x[1]
                     vec = timing.vector_cycles(hw, nout, kh * kw) + _vector(hw, spec, nout)
-                    steps.append(_Step(unit, load, 0, True, vec, store))
-                    unit += 1
-    return _finish(hw, spec, tile, steps, len(steps) > 1)
+                    steps.append(_Step(load, 0, True, vec, store))
+    if cutoff is _FIRST:
+        return steps[0]
+    return _run(hw, spec, tile, steps, len(steps) > 1, cutoff)
 
 
 def _pool_footprint(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
@@ -484,14 +527,15 @@ def _pool_footprint(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
 
 
 # ------------------------------------------------------------ elementwise
-def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> Estimate:
+def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig,
+                      cutoff: float = math.inf) -> Estimate:
     shape = spec.out.shape
     chan = spec.out.layout.index("C") if "C" in spec.out.layout else len(shape) - 1
     steps = []
     boxes: Iterable = [[]]
     for total, t in zip(shape, tile.tiles, strict=True):
         boxes = [[*bx, ax] for bx in boxes for ax in _axis_tiles(total, t)]
-    for unit, box in enumerate(boxes):
+    for box in boxes:
         lo = [a for a, _ in box]
         ext = [e for _, e in box]
         loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
@@ -503,8 +547,10 @@ def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConf
             else:
                 loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
         store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
-        steps.append(_Step(unit, loads, 0, True, _vector(hw, spec, math.prod(ext)), store))
-    return _finish(hw, spec, tile, steps, len(steps) > 1)
+        steps.append(_Step(loads, 0, True, _vector(hw, spec, math.prod(ext)), store))
+    if cutoff is _FIRST:
+        return steps[0]
+    return _run(hw, spec, tile, steps, len(steps) > 1, cutoff)
 
 
 def _eltwise_footprint(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> int:
@@ -514,8 +560,10 @@ def _eltwise_footprint(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareCon
     elems = math.prod(tile.tiles)
     isz = spec.data.dtype.itemsize
     n_epi = len(spec.epilogue)
-    chain = [(s, elems * isz)] + [(1, elems * isz)] * (n_epi - 1) + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)]
-    sizes = _chain(chain)
+    # the loaded data is worked on in place only when not pipelined (see the template)
+    sizes = [s * elems * isz] if s > 1 else []
+    sizes += _chain([(1, elems * isz)] * (n_epi - 1 if s > 1 else n_epi)
+                    + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)])
     for e in spec.epilogue:
         if e.operand is not None:
             n = tile.tiles[chan] if e.broadcast == Broadcast.CHANNEL else elems
@@ -535,70 +583,83 @@ def estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> Estimate:
     return _ESTIMATE[type(spec)](spec, tile, hw)
 
 
+def _estimate_below(spec: OpSpec, tile: TileParams, hw: HardwareConfig, cutoff: float) -> Estimate | None:
+    """Like :func:`estimate`, or None as soon as the result is sure to exceed ``cutoff``."""
+    try:
+        return _ESTIMATE[type(spec)](spec, tile, hw, cutoff)
+    except _Pruned:
+        return None
+
+
 def footprint(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
     """SRAM bytes the template allocates for ``tile`` (aligned, versions included)."""
     return _FOOTPRINT[type(spec)](spec, tile, hw)
 
 
 def _sizes(total: int, quantum: int, opts: CompilerOptions, limit: int = 12) -> list[int]:
-    """Tile extents worth trying along one axis: the whole axis, even splits, multiples of the array."""
+    """Tile extents worth trying along one axis (smallest first).
+
+    The whole axis, even splits of it and powers of two times ``quantum``; on axes
+    mapped to the array (``quantum > 1``) only multiples of ``quantum`` (rounding
+    the even splits up), since other extents leave array rows or columns idle.
+    All within ``-tile-min``/``-tile-max`` (an axis shorter than ``-tile-min`` is whole).
+    """
     cands = {total}
     for parts in range(2, limit + 1):
-        cands.add(_ceil(total, parts))
+        cands.add(_ceil(_ceil(total, parts), quantum) * quantum)
     q = quantum
     while q < total:
         cands.add(q)
         q *= 2
-    return sorted(x for x in cands if opts.tile_min <= x <= opts.tile_max or x == total < opts.tile_min)
+    lo, hi = opts.tile_min, opts.tile_max
+    return sorted(x for x in cands if x <= total and (lo <= x <= hi or x == total < lo))
 
 
-def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
-    """Every tile the search considers (before the SRAM check)."""
-    s = opts.pipeline_stages
+def _axes(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> tuple[type, dict[str, list]]:
+    """The tile class and, per parameter, the values the search tries (smallest first)."""
+    s = [opts.pipeline_stages]
+    orders = list(Order)
     if isinstance(spec, Conv2dSpec):
         g = spec.groups
         og, cg = spec.out.dim("C") // g, spec.in_channels // g
         oh, ow = spec.out.dim("H"), spec.out.dim("W")
         if g > 1:
-            groups = [t for t in _sizes(g, hw.mac_cols, opts) if og == 1 or t == 1]
-            tocs = [og] if og == 1 else [t for t in _sizes(og, hw.mac_cols, opts) if og % t == 0]
-            tics = [cg]
+            tg = _sizes(g, 1, opts) if og == 1 else [1]  # several groups per tile only when depthwise
+            toc = [og] if og == 1 else [t for t in _sizes(og, hw.mac_cols, opts) if og % t == 0]
+            tic = [cg]
         else:
-            groups, tocs, tics = [1], _sizes(og, hw.mac_cols, opts), _sizes(cg, hw.mac_rows, opts, limit=4)
-        out = []
-        for tg in groups:
-            for toc in tocs:
-                if tg > 1 and toc != og:
-                    continue
-                for tic in tics:
-                    for toh in _sizes(oh, 1, opts, limit=28):
-                        for tow in _sizes(ow, 1, opts, limit=4):
-                            for order in Order:
-                                out.append(ConvTile(toc, toh, tow, tic, order, s, tg))
-        return out
+            tg, toc, tic = [1], _sizes(og, hw.mac_cols, opts), _sizes(cg, hw.mac_rows, opts, limit=4)
+        return ConvTile, {"toc": toc, "toh": _sizes(oh, 1, opts, limit=16), "tow": _sizes(ow, 1, opts, limit=4),
+                          "tic": tic, "order": orders, "stages": s, "tg": tg}
     if isinstance(spec, MatmulSpec):
         m, n, k = spec.mnk
-        return [MatmulTile(tm, tn, tk, order, s)
-                for tm in _sizes(m, hw.mac_rows, opts) for tn in _sizes(n, hw.mac_cols, opts)
-                for tk in _sizes(k, hw.mac_rows, opts, limit=4) for order in Order]
+        return MatmulTile, {"tm": _sizes(m, hw.mac_rows, opts), "tn": _sizes(n, hw.mac_cols, opts),
+                            "tk": _sizes(k, hw.mac_rows, opts, limit=4), "order": orders, "stages": s}
     if isinstance(spec, PoolSpec):
         c, oh, ow = spec.data.dim("C"), spec.out.dim("H"), spec.out.dim("W")
-        return [PoolTile(tc, toh, tow, s) for tc in _sizes(c, hw.vector_lanes, opts)
-                for toh in _sizes(oh, 1, opts, limit=16) for tow in _sizes(ow, 1, opts, limit=4)]
+        return PoolTile, {"tc": _sizes(c, hw.vector_lanes, opts), "toh": _sizes(oh, 1, opts, limit=16),
+                          "tow": _sizes(ow, 1, opts, limit=4), "stages": s}
     if isinstance(spec, ElementwiseSpec):
         shape = spec.out.shape
-        out = []
-        # tile the outermost non-unit axis; keep the rest whole (long contiguous runs)
+        # tile the outermost non-unit axis (keeping inner rows whole: long DRAM runs), or also the next one
         axis = next((i for i, d in enumerate(shape) if d > 1), 0)
+        tiles = []
+        if axis + 1 < len(shape):
+            for t2 in _sizes(shape[axis + 1], 1, opts, limit=16):
+                tiles.append(tuple(1 if i <= axis else t2 if i == axis + 1 else d for i, d in enumerate(shape)))
         for t in _sizes(shape[axis], 1, opts, limit=64):
-            tiles = tuple(1 if i < axis else t if i == axis else d for i, d in enumerate(shape))
-            out.append(EltwiseTile(tiles, s))
-            if axis + 1 < len(shape):  # also split the next axis when one slice is too big
-                for t2 in _sizes(shape[axis + 1], 1, opts, limit=16):
-                    tiles2 = tuple(1 if i <= axis else t2 if i == axis + 1 else d for i, d in enumerate(shape))
-                    out.append(EltwiseTile(tiles2, s))
-        return out
+            tiles.append(tuple(1 if i < axis else t if i == axis else d for i, d in enumerate(shape)))
+        return EltwiseTile, {"tiles": tiles, "stages": s}
     raise TypeError(f"no tile search for {type(spec).__name__}")
+
+
+def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
+    """Every tile the search considers (before the SRAM check)."""
+    cls, axes = _axes(spec, hw, opts)
+    out = [cls(**dict(zip(axes, values, strict=True))) for values in itertools.product(*axes.values())]
+    if cls is ConvTile:  # a multi-group tile holds whole groups
+        out = [t for t in out if t.tg == 1 or t.toc == spec.out.dim("C") // spec.groups]
+    return out
 
 
 def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple[TileParams, int]]:
@@ -612,14 +673,57 @@ def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple
     return out
 
 
-def _quick(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
-    """A fast lower estimate used to prune before the flow model (compute vs traffic)."""
-    est = estimate(spec, tile, hw)
-    return est.cycles
+def compute_floor(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
+    """Cycles of the busiest compute engine alone: a lower bound of :func:`estimate` (for pruning)."""
+    if isinstance(spec, Conv2dSpec):
+        g = spec.groups
+        kh, kw = spec.kernel
+        oc = _axis_tiles(spec.out.dim("C") // g, tile.toc)
+        ic = _axis_tiles(spec.in_channels // g, min(tile.tic, spec.in_channels // g))
+        gt = _axis_tiles(g, tile.tg)
+        m = spec.out.dim("H") * spec.out.dim("W")  # the output pixels of all spatial tiles
+        n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+        per = sum(gg * _ceil(o, hw.mac_cols) * _ceil(c * kh * kw, hw.mac_rows) for _, gg in gt for _, o in oc for _, c in ic)
+        steps = len(gt) * len(oc) * len(ic) * n_sp
+        return spec.data.dim("N") * (steps * hw.tensor_issue_cycles + per * m * hw.mac_pass_cycles(spec.data.dtype))
+    if isinstance(spec, MatmulSpec):
+        m, n, k = spec.mnk
+        mt, nt, kt = _axis_tiles(m, tile.tm), _axis_tiles(n, tile.tn), _axis_tiles(k, min(tile.tk, k))
+        per = sum(_ceil(b, hw.mac_rows) * _ceil(c, hw.mac_cols) for _, b in kt for _, c in nt) * m
+        return spec.batch * (len(mt) * len(nt) * len(kt) * hw.tensor_issue_cycles + per * hw.mac_pass_cycles(spec.a.dtype))
+    return 0
+
+
+def floor(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
+    """A lower bound of :func:`estimate`: the first load, then all tensor-engine work back to back."""
+    first = _ESTIMATE[type(spec)](spec, tile, hw, _FIRST)
+    fill = first.loads.engine + (first.stationary.engine if first.stationary else 0)
+    return fill + compute_floor(spec, tile, hw)
 
 
 def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
-    """The cheapest legal tile by the cost model; raises :class:`NoTileFits` if none fits."""
+    """The cheapest legal tile by the cost model; raises :class:`NoTileFits` if none fits.
+
+    Identical operators (same :func:`~.ops.spec_key`, e.g. repeated ResNet blocks) are
+    searched once per process.
+    """
+    key = (spec_key(spec), hw, opts)
+    if key not in _CHOICES:
+        _CHOICES[key] = _search(spec, hw, opts)
+    return _CHOICES[key]
+
+
+#: Memo of :func:`choose` (the search is a pure function of the key).
+_CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions], TileParams] = {}
+
+
+def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
+    """The search itself.
+
+    Branch and bound: candidates are visited by increasing :func:`floor`, and
+    the search stops once that floor is within ``SEARCH_TOLERANCE`` of the best
+    estimate found (no unvisited tile can then be more than that much better).
+    """
     ok = legal(spec, hw, opts)
     if not ok:
         raise NoTileFits(
@@ -627,13 +731,25 @@ def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParam
             f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
-    # rank by the largest tiles first (fewest steps) to keep the flow model on few candidates
-    ok.sort(key=lambda tf: -tf[1])
-    best = min(ok[:400], key=lambda tf: (_quick(spec, tf[0], hw), -tf[1]))
-    return best[0]
+    ranked = sorted(((floor(spec, t, hw), -fp, i) for i, (t, fp) in enumerate(ok)))
+    best, best_key = None, (math.inf, 0)
+    for lower, neg_fp, i in ranked:
+        if lower >= best_key[0] * (1 - SEARCH_TOLERANCE):
+            break
+        est = _estimate_below(spec, ok[i][0], hw, best_key[0])
+        if est is not None and (est.cycles, neg_fp) < best_key:
+            best, best_key = ok[i][0], (est.cycles, neg_fp)
+    return best
 
 
 def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
-    """Whether some legal tile of ``spec`` fits the SRAM budget."""
-    return any(footprint(spec, t, hw) <= hw.max_sram_bytes for t in candidates(spec, hw, opts))
+    """Whether some legal tile of ``spec`` fits the SRAM budget.
+
+    The footprint grows with every tile extent, so only the smallest value of each
+    parameter (both loop orders) needs checking.
+    """
+    cls, axes = _axes(spec, hw, opts)
+    smallest = {k: v[0] for k, v in axes.items()}
+    tiles = [cls(**{**smallest, "order": o}) for o in Order] if "order" in axes else [cls(**smallest)]
+    return any(footprint(spec, t, hw) <= hw.max_sram_bytes for t in tiles)
 

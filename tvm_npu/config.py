@@ -29,11 +29,11 @@ class DType(enum.IntEnum):
     @property
     def np(self) -> np.dtype:
         """The numpy dtype that holds this element type bit-exactly."""
-        return np.dtype(_NP_NAMES[self])
+        return _NP_DTYPES[self]
 
     @property
     def itemsize(self) -> int:
-        return self.np.itemsize
+        return _NP_DTYPES[self].itemsize
 
     @property
     def is_float(self) -> bool:
@@ -51,6 +51,7 @@ class DType(enum.IntEnum):
 
 _NP_NAMES = {DType.INT8: "int8", DType.INT32: "int32", DType.FP16: "float16", DType.FP32: "float32"}
 _FROM_NAMES = {v: k for k, v in _NP_NAMES.items()}
+_NP_DTYPES = {k: np.dtype(v) for k, v in _NP_NAMES.items()}
 
 #: Accumulator type of the tensor engine for each operand type (datasheet: int32 / fp32).
 ACCUMULATOR = {DType.INT8: DType.INT32, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
