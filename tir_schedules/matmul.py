@@ -95,7 +95,10 @@ def schedule(spec: MatmulSpec, tile: MatmulTile) -> Scheduled:
             op_s = sch.cache_read(e, 1, SRAM)
             res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
             res.loads.append(attach(sch, op_s, inner_out, "dma"))
-        res.aliases[buffer_name(sch, e)] = prev
+        if idx < n_epi - 1 or ko is None:
+            # with a streamed reduction the result gets its own buffer: the next tile's
+            # accumulation need not wait for this tile's store
+            res.aliases[buffer_name(sch, e)] = prev
         prev = buffer_name(sch, e)
     res.stores.append(attach(sch, store, inner_out, "dma", reverse=True))
 

@@ -38,8 +38,6 @@ from .ops import Broadcast, Conv2dSpec, ElementwiseSpec, EpiKind, MatmulSpec, Op
 from .params import ConvTile, EltwiseTile, MatmulTile, Order, PoolTile, TileParams
 
 TRANSCENDENTAL = {EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU}
-#: The search may stop this close (relative) to the best possible tile by the compute floor.
-SEARCH_TOLERANCE = 0.03
 
 
 class NoTileFits(ValueError):
@@ -130,32 +128,41 @@ class _Step:
     vector: int = 0
     store: _Copy = _Copy()
     stationary: _Copy | None = None  # loaded before this step, once per outer iteration
+    operands: _Copy = _Copy()  # the epilogue's operands (bias, residual), loaded after ``loads``
+    slot: int = 0  # iteration of the pipelined loop (restarts with every outer iteration)
 
 
 class _Pruned(Exception):
     """The estimate already exceeds the search's cutoff."""
 
 
-#: Passed as ``cutoff`` to an estimator: return its first step instead of an estimate.
+#: Passed as ``cutoff`` to an estimator: return its steps (an iterator) instead of an estimate.
 _FIRST = -1.0
 
 
 class _Flow:
     """The flow-shop of the module docstring, fed one step at a time.
 
+    Buffer versions rotate with the pipelined loop's own counter (``_Step.slot``), which
+    restarts at every outer iteration, as ``InjectSoftwarePipeline`` indexes them; with a
+    streamed reduction the per-output-tile buffers have one version.
+
     ``floor`` is the tensor-engine work of all steps; once the tensor engine's finish
     time plus the work still to come passes ``cutoff``, the candidate is abandoned.
     """
 
-    def __init__(self, in_versions: int, acc_versions: int, out_versions: int, floor: int = 0,
+    def __init__(self, versions: tuple[int, int, int, int, bool], streamed: bool, floor: int = 0,
                  cutoff: float = math.inf) -> None:
-        self.v_in, self.v_acc, self.v_out = in_versions, acc_versions, out_versions
+        self.v_in, self.v_acc, self.v_out, self.v_opnd, self.release_at_store = versions
+        self.streamed = streamed
         self.remaining, self.cutoff = floor, cutoff
         self.load_free = self.tensor_free = self.vector_free = self.store_free = 0.0
         self.stationary_wait = 0.0
-        self.tensor_end: list[float] = []
-        self.acc_release: list[float] = []
-        self.store_end: list[float] = []
+        self.in_free: dict[int, float] = {}  # input version -> when the tensor engine is done with it
+        self.acc_free: dict[int, float] = {}
+        self.out_free: dict[int, float] = {}
+        self.opnd_free: dict[int, float] = {}
+        self.unit_slot = 0  # the pipelined-loop slot of the current output tile
         self.first_load: float | None = None
         self.total = _Copy()
         self.tensor = self.vector = self.loads = self.stores = 0
@@ -166,16 +173,23 @@ class _Flow:
             start = max(start, self.stationary_wait) + st.stationary.engine
             self.total = self.total + st.stationary
             self.loads += st.stationary.engine
-        j = len(self.tensor_end)
-        if j >= self.v_in:
-            start = max(start, self.tensor_end[j - self.v_in])
+        v_in = st.slot % self.v_in
+        start = max(start, self.in_free.get(v_in, 0.0))
         self.load_free = start + st.loads.engine
+        data_ready = self.load_free
+        unit = 0 if self.streamed else st.slot  # per-output-tile buffers rotate with the loop too
+        operands_ready = 0.0
+        if st.operands.engine:
+            free = self.opnd_free.get(unit % self.v_opnd, 0.0)
+            self.load_free = max(self.load_free, free) + st.operands.engine
+            operands_ready = self.load_free
+            self.total = self.total + st.operands
+            self.loads += st.operands.engine
         if self.first_load is None:
             self.first_load = self.load_free
-        unit = len(self.store_end)
-        acc_free = self.acc_release[unit - self.v_acc] if unit >= self.v_acc else 0.0
-        self.tensor_free = max(self.tensor_free, self.load_free, acc_free) + st.tensor
-        self.tensor_end.append(self.tensor_free)
+        acc_free = self.acc_free.get(unit % self.v_acc, 0.0)
+        self.tensor_free = max(self.tensor_free, data_ready, acc_free) + st.tensor
+        self.in_free[v_in] = self.tensor_free
         self.stationary_wait = self.tensor_free
         self.remaining -= st.tensor
         if self.tensor_free + self.remaining > self.cutoff:
@@ -185,11 +199,17 @@ class _Flow:
         self.loads += st.loads.engine
         if not st.finish:
             return
-        out_free = self.store_end[unit - self.v_out] if unit >= self.v_out else 0.0
-        self.vector_free = max(self.vector_free, self.tensor_free, out_free) + st.vector
+        if not st.tensor:  # vector-only operators: the loaded data is read by the vector engine
+            self.in_free[v_in] = 0.0
+        out_v = unit % self.v_out
+        self.vector_free = max(self.vector_free, self.tensor_free, self.out_free.get(out_v, 0.0),
+                               operands_ready) + st.vector
+        self.opnd_free[unit % self.v_opnd] = self.vector_free
+        if not st.tensor:
+            self.in_free[v_in] = self.vector_free
         self.store_free = max(self.store_free, self.vector_free) + st.store.engine
-        self.store_end.append(self.store_free)
-        self.acc_release.append(self.vector_free if st.vector else self.store_free)
+        self.out_free[out_v] = self.store_free
+        self.acc_free[unit % self.v_acc] = self.store_free if self.release_at_store else self.vector_free
         self.vector += st.vector
         self.stores += st.store.engine
 
@@ -203,12 +223,23 @@ def _vector(hw: HardwareConfig, spec: OpSpec, n: int) -> int:
                for e in spec.epilogue)
 
 
+def _versions(stages: int, pipelined: bool, streamed_reduction: bool,
+              has_epilogue: bool) -> tuple[int, int, int, int, bool]:
+    """SRAM versions the template gives (inputs, accumulator, output, epilogue operands),
+    and whether the accumulator is only free again once the store has read it."""
+    if stages == 1 or not pipelined:
+        return 1, 1, 1, 1, True
+    if streamed_reduction:  # only the reduction loop is pipelined
+        return stages, 1, 1, 1, not has_epilogue  # an epilogue writes a result buffer of its own
+    if has_epilogue:  # accumulator worked on in place, result in a separate double buffer
+        return stages, 1, 2, stages, False
+    return stages, 2, 2, stages, True  # the accumulator is the stored buffer
+
+
 def _run(hw: HardwareConfig, spec: OpSpec, tile: TileParams, steps: Iterable[_Step], pipelined: bool,
-         cutoff: float) -> Estimate:
-    stages = tile.stages if pipelined else 1
-    has_epi = bool(spec.epilogue)
-    flow = _Flow(stages, 1 if has_epi or stages == 1 else 2, 2 if stages > 1 else 1,
-                 compute_floor(spec, tile, hw), cutoff)
+         cutoff: float, streamed_reduction: bool = False) -> Estimate:
+    versions = _versions(tile.stages, pipelined, streamed_reduction, bool(spec.epilogue))
+    flow = _Flow(versions, streamed_reduction, compute_floor(spec, tile, hw), cutoff)
     for st in steps:
         flow.add(st)
     return Estimate(
@@ -297,9 +328,11 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff:
             else:
                 pairs = (((gt, ot), (y, x)) for gt in g_tiles for y in y_tiles for x in x_tiles for ot in oc_tiles)
             prev_outer = None
+            slot = 0
             for (gt, ot), (y, x) in pairs:
                 outer_key = (gt, ot) if outer_b else (gt, y, x)
                 new_outer = outer_key != prev_outer
+                slot = 0 if new_outer else slot + 1
                 prev_outer = outer_key
                 m = y[1] * x[1]
                 oe = ot[1]
@@ -319,14 +352,13 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff:
                         loads += weight_box(gt, ot, ct)
                         stationary = data_box(b, gt, ct, y, x) if new_outer else None
                     last = ri == len(rc_tiles) - 1
-                    if last:
-                        loads += epi_loads(b, gt, ot, y, x)
-                    yield _Step(loads, tensor, last, vec if last else 0, store if last else _Copy(), stationary)
+                    yield _Step(loads, tensor, last, vec if last else 0, store if last else _Copy(), stationary,
+                                epi_loads(b, gt, ot, y, x) if last else _Copy(), ri if pipelined_rc else slot)
 
     pipelined = pipelined_rc or (n_sp if outer_b else len(oc_tiles)) > 1
     if cutoff is _FIRST:
-        return next(gen())
-    return _run(hw, spec, tile, gen(), pipelined, cutoff)
+        return gen()
+    return _run(hw, spec, tile, gen(), pipelined, cutoff, pipelined_rc)
 
 
 def _conv_footprint(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
@@ -347,7 +379,7 @@ def _conv_footprint(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int
     w_v = s if (streamed_rc or not outer_b) else 1
     out_v = 1 if streamed_rc else (2 if s > 1 else 1)
     sizes = [data_v * tile.tg * tic * rows * cols * isz, w_v * tile.tg * tile.toc * tic * kh * kw * isz]
-    sizes += _epilogue_sizes(spec, out_tile, tile.tg * tile.toc, asz, 1 if streamed_rc else s, out_v)
+    sizes += _epilogue_sizes(spec, out_tile, tile.tg * tile.toc, asz, 1 if streamed_rc else s, out_v, streamed_rc)
     return sum(hw.align(x) for x in sizes)
 
 
@@ -365,14 +397,22 @@ def _chain(stages: Sequence[tuple[int, int]]) -> list[int]:
     return sizes
 
 
-def _epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, asz: int, operand_v: int, out_v: int) -> list[int]:
-    """Accumulator, epilogue stages, final output buffer and epilogue operands."""
+def _epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, asz: int, operand_v: int, out_v: int,
+                    own_output: bool = False) -> list[int]:
+    """Accumulator, epilogue stages, final output buffer and epilogue operands.
+
+    ``own_output``: the template gives the result a buffer of its own even when it has
+    the accumulator's shape (streamed reductions).
+    """
     n_epi = len(spec.epilogue)
     if n_epi:
-        chain = [(1, out_elems * asz)] * n_epi + [(out_v, out_elems * spec.out.dtype.itemsize)]
+        chain = [(1, out_elems * asz)] * n_epi
+        sizes = _chain(chain)
+        final = (out_v, out_elems * spec.out.dtype.itemsize)
+        if own_output or final != chain[-1]:
+            sizes.append(final[0] * final[1])
     else:
-        chain = [(out_v, out_elems * asz)]
-    sizes = _chain(chain)
+        sizes = [out_v * out_elems * asz]
     for e in spec.epilogue:
         if e.operand is not None:
             n = channels if e.broadcast == Broadcast.CHANNEL else out_elems
@@ -417,9 +457,11 @@ def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig, cut
             pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
                      else [(mt, nt) for nt in n_tiles for mt in m_tiles])
             prev = None
+            slot = 0
             for mt, nt in pairs:
                 key = mt if order == Order.A_STATIONARY else nt
                 new_outer = key != prev
+                slot = 0 if new_outer else slot + 1
                 prev = key
                 vec = _vector(hw, spec, mt[1] * nt[1])
                 store = out_box(bi, mt, nt)
@@ -436,22 +478,22 @@ def _matmul_estimate(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig, cut
                         loads += a_box(bi, mt, kt)
                         stationary = b_box(bi, nt, kt) if new_outer else None
                     last = ki == len(k_tiles) - 1
-                    if last:
-                        for e in spec.epilogue:
-                            if e.operand is None:
-                                continue
-                            if e.broadcast == Broadcast.CHANNEL:
-                                loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
-                            else:
-                                loads += out_box(bi, mt, nt, e.operand.dtype)
+                    operands = _Copy()
+                    for e in spec.epilogue if last else ():
+                        if e.operand is None:
+                            continue
+                        if e.broadcast == Broadcast.CHANNEL:
+                            operands += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
+                        else:
+                            operands += out_box(bi, mt, nt, e.operand.dtype)
                     tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
                     yield _Step(loads, tensor, last, vec if last else 0, store if last else _Copy(),
-                                stationary)
+                                stationary, operands, ki if streamed_k else slot)
 
     inner = len(n_tiles) if order == Order.A_STATIONARY else len(m_tiles)
     if cutoff is _FIRST:
-        return next(gen())
-    return _run(hw, spec, tile, gen(), streamed_k or inner > 1, cutoff)
+        return gen()
+    return _run(hw, spec, tile, gen(), streamed_k or inner > 1, cutoff, streamed_k)
 
 
 def _matmul_order(spec: MatmulSpec, tile: MatmulTile) -> Order:
@@ -478,7 +520,7 @@ def _matmul_footprint(spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) ->
     b_v = s if (streamed_k or order == Order.A_STATIONARY) else 1
     out_v = 1 if streamed_k else (2 if s > 1 else 1)
     sizes = [a_v * tile.tm * tk * isz, b_v * tk * tile.tn * isz]
-    sizes += _epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, asz, 1 if streamed_k else s, out_v)
+    sizes += _epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, asz, 1 if streamed_k else s, out_v, streamed_k)
     return sum(hw.align(x) for x in sizes)
 
 
@@ -496,22 +538,24 @@ def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig, cutoff: f
     rows, cols = _pool_window(spec, tile)
     dt = spec.data.dtype
     steps = []
+    n_sp = _ceil(oh, tile.toh) * _ceil(ow, tile.tow)
+    spatial = [(y, x) for y in _axis_tiles(oh, tile.toh) for x in _axis_tiles(ow, tile.tow)]
     for b in range(n):
-        for ct in _axis_tiles(c, tile.tc):
-            for y in _axis_tiles(oh, tile.toh):
-                for x in _axis_tiles(ow, tile.tow):
-                    r0, c0 = y[0] * sh - pt, x[0] * sw - pl
-                    if nchw:
-                        load = copy_cost(hw, dt, spec.data.shape, (b, ct[0], r0, c0), (1, ct[1], rows, cols))
-                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
-                    else:
-                        load = copy_cost(hw, dt, spec.data.shape, (b, r0, c0, ct[0]), (1, rows, cols, ct[1]))
-                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
-                    nout = ct[1] * y[1] * x[1]
-                    vec = timing.vector_cycles(hw, nout, kh * kw) + _vector(hw, spec, nout)
-                    steps.append(_Step(load, 0, True, vec, store))
+        for ci, ct in enumerate(_axis_tiles(c, tile.tc)):
+            for si, (y, x) in enumerate(spatial):
+                r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+                if nchw:
+                    load = copy_cost(hw, dt, spec.data.shape, (b, ct[0], r0, c0), (1, ct[1], rows, cols))
+                    store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
+                else:
+                    load = copy_cost(hw, dt, spec.data.shape, (b, r0, c0, ct[0]), (1, rows, cols, ct[1]))
+                    store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
+                nout = ct[1] * y[1] * x[1]
+                vec = timing.vector_cycles(hw, nout, kh * kw) + _vector(hw, spec, nout)
+                # the template pipelines the spatial loop, or the channel loop when there is one spatial tile
+                steps.append(_Step(_Copy(), 0, True, vec, store, None, load, si if n_sp > 1 else ci))
     if cutoff is _FIRST:
-        return steps[0]
+        return iter(steps)
     return _run(hw, spec, tile, steps, len(steps) > 1, cutoff)
 
 
@@ -547,9 +591,10 @@ def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConf
             else:
                 loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
         store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
-        steps.append(_Step(loads, 0, True, _vector(hw, spec, math.prod(ext)), store))
+        # everything is consumed by the vector engine: model the loads as epilogue operands
+        steps.append(_Step(_Copy(), 0, True, _vector(hw, spec, math.prod(ext)), store, None, loads, len(steps)))
     if cutoff is _FIRST:
-        return steps[0]
+        return iter(steps)
     return _run(hw, spec, tile, steps, len(steps) > 1, cutoff)
 
 
@@ -673,32 +718,91 @@ def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple
     return out
 
 
+def _sum_ceil(total: int, tile: int, q: int, mult: int = 1) -> int:
+    """``sum(ceil(extent * mult / q))`` over the tiles of an axis, in O(1)."""
+    full, rest = divmod(total, tile)
+    return full * _ceil(tile * mult, q) + (_ceil(rest * mult, q) if rest else 0)
+
+
 def compute_floor(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
-    """Cycles of the busiest compute engine alone: a lower bound of :func:`estimate` (for pruning)."""
+    """Tensor-engine cycles of all tiles back to back: a lower bound of :func:`estimate`.
+
+    Closed form (the sums over tiles separate by axis), so every candidate can be ranked.
+    """
     if isinstance(spec, Conv2dSpec):
         g = spec.groups
         kh, kw = spec.kernel
-        oc = _axis_tiles(spec.out.dim("C") // g, tile.toc)
-        ic = _axis_tiles(spec.in_channels // g, min(tile.tic, spec.in_channels // g))
-        gt = _axis_tiles(g, tile.tg)
-        m = spec.out.dim("H") * spec.out.dim("W")  # the output pixels of all spatial tiles
-        n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
-        per = sum(gg * _ceil(o, hw.mac_cols) * _ceil(c * kh * kw, hw.mac_rows) for _, gg in gt for _, o in oc for _, c in ic)
-        steps = len(gt) * len(oc) * len(ic) * n_sp
-        return spec.data.dim("N") * (steps * hw.tensor_issue_cycles + per * m * hw.mac_pass_cycles(spec.data.dtype))
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        tic = min(tile.tic, cg)
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        n_steps = _ceil(g, tile.tg) * _ceil(og, tile.toc) * _ceil(cg, tic) * _ceil(oh, tile.toh) * _ceil(ow, tile.tow)
+        passes = g * _sum_ceil(og, tile.toc, hw.mac_cols) * _sum_ceil(cg, tic, hw.mac_rows, kh * kw)
+        work = passes * oh * ow * hw.mac_pass_cycles(spec.data.dtype)
+        return spec.data.dim("N") * (n_steps * hw.tensor_issue_cycles + work)
     if isinstance(spec, MatmulSpec):
         m, n, k = spec.mnk
-        mt, nt, kt = _axis_tiles(m, tile.tm), _axis_tiles(n, tile.tn), _axis_tiles(k, min(tile.tk, k))
-        per = sum(_ceil(b, hw.mac_rows) * _ceil(c, hw.mac_cols) for _, b in kt for _, c in nt) * m
-        return spec.batch * (len(mt) * len(nt) * len(kt) * hw.tensor_issue_cycles + per * hw.mac_pass_cycles(spec.a.dtype))
+        tk = min(tile.tk, k)
+        n_steps = _ceil(m, tile.tm) * _ceil(n, tile.tn) * _ceil(k, tk)
+        work = _sum_ceil(k, tk, hw.mac_rows) * _sum_ceil(n, tile.tn, hw.mac_cols) * m * hw.mac_pass_cycles(spec.a.dtype)
+        return spec.batch * (n_steps * hw.tensor_issue_cycles + work)
     return 0
 
 
+def _window_sum(out: int, tile: int, stride: int, kernel: int, dilation: int, size: int, pad: int) -> int:
+    """Input rows (or columns) the tiles of one spatial axis load, clamped to the tensor."""
+    total = 0
+    span = (kernel - 1) * dilation + 1
+    for y0 in range(0, out, tile):
+        n = min(tile, out - y0)
+        lo = y0 * stride - pad
+        hi = lo + (n - 1) * stride + span
+        total += max(0, min(hi, size) - max(lo, 0))
+    return total
+
+
+def traffic_floor(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
+    """DRAM channel cycles for the useful bytes this tile choice must move (re-loads included)."""
+    bw = hw.dram_bytes_per_cycle
+    extra = sum(e.operand.nbytes for e in spec.epilogue if e.operand is not None and e.broadcast == Broadcast.FULL)
+    if isinstance(spec, Conv2dSpec):
+        g = spec.groups
+        kh, kw = spec.kernel
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        h, w = spec.data.dim("H"), spec.data.dim("W")
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        rows = _window_sum(oh, tile.toh, spec.strides[0], kh, spec.dilation[0], h, spec.padding[0])
+        cols = _window_sum(ow, tile.tow, spec.strides[1], kw, spec.dilation[1], w, spec.padding[1])
+        data = spec.data.dim("N") * spec.in_channels * rows * cols * spec.data.dtype.itemsize
+        n_oc, n_sp = _ceil(og, tile.toc), _ceil(oh, tile.toh) * _ceil(ow, tile.tow)
+        streamed = min(tile.tic, cg) < cg
+        b_stat = tile.order == Order.B_STATIONARY
+        data_loads = n_oc if (b_stat or streamed) else 1
+        weight_loads = spec.data.dim("N") * (n_sp if (streamed or not b_stat) else 1)
+        total = data * data_loads + spec.weight.nbytes * weight_loads + spec.out.nbytes + extra
+        return total / bw
+    if isinstance(spec, MatmulSpec):
+        m, n, k = spec.mnk
+        n_m, n_n = _ceil(m, tile.tm), _ceil(n, tile.tn)
+        streamed = min(tile.tk, k) < k
+        order = _matmul_order(spec, tile)
+        a_loads = n_n if (streamed or order == Order.B_STATIONARY) else 1
+        b_loads = n_m if (streamed or order == Order.A_STATIONARY) else 1
+        return (spec.a.nbytes * a_loads + spec.b.nbytes * b_loads + spec.out.nbytes + extra) / bw
+    if isinstance(spec, PoolSpec):
+        kh, kw = spec.kernel
+        rows = _window_sum(spec.out.dim("H"), tile.toh, spec.strides[0], kh, 1, spec.data.dim("H"), spec.padding[0])
+        cols = _window_sum(spec.out.dim("W"), tile.tow, spec.strides[1], kw, 1, spec.data.dim("W"), spec.padding[1])
+        data = spec.data.dim("N") * spec.data.dim("C") * rows * cols * spec.data.dtype.itemsize
+        return (data + spec.out.nbytes + extra) / bw
+    return (spec.data.nbytes + spec.out.nbytes + extra) / bw
+
+
 def floor(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
-    """A lower bound of :func:`estimate`: the first load, then all tensor-engine work back to back."""
-    first = _ESTIMATE[type(spec)](spec, tile, hw, _FIRST)
-    fill = first.loads.engine + (first.stationary.engine if first.stationary else 0)
-    return fill + compute_floor(spec, tile, hw)
+    """A lower bound of :func:`estimate`: the first load, then all tensor-engine work back
+    to back; or the channel time of the bytes the tiles must move, whichever is larger."""
+    first = next(_ESTIMATE[type(spec)](spec, tile, hw, _FIRST))
+    fill = first.loads.engine + first.operands.engine + (first.stationary.engine if first.stationary else 0)
+    return max(fill + compute_floor(spec, tile, hw), traffic_floor(spec, tile, hw))
 
 
 def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
@@ -717,13 +821,68 @@ def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParam
 _CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions], TileParams] = {}
 
 
-def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
-    """The search itself.
+#: How many of the best candidates by :func:`quick_estimate` the flow model re-estimates.
+SHORTLIST = 24
 
-    Branch and bound: candidates are visited by increasing :func:`floor`, and
-    the search stops once that floor is within ``SEARCH_TOLERANCE`` of the best
-    estimate found (no unvisited tile can then be more than that much better).
+
+def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
+    """A cheap estimate for ranking: the steps of the first output tile, taken as typical.
+
+    Per output tile the pipeline advances by its slowest resource (load engine, store
+    engine, DRAM channel, tensor or vector engine); stationary loads come on top once
+    per outer iteration, and the first load is not overlapped.
     """
+    steps = _ESTIMATE[type(spec)](spec, tile, hw, _FIRST)
+    unit = _Copy()
+    store = _Copy()
+    tensor = vector = n = 0
+    stationary = 0
+    for st in steps:
+        n += 1
+        unit = unit + st.loads + st.operands
+        store = store + st.store
+        tensor += st.tensor
+        vector += st.vector
+        if st.stationary is not None:
+            stationary = st.stationary.engine
+        if st.finish:
+            break
+    units = _step_count(spec, tile) / max(n, 1)
+    per_unit = max(unit.engine, store.engine, unit.channel + store.channel, tensor, vector)
+    outer = _outer_count(spec, tile)
+    return units * per_unit + outer * stationary + unit.engine
+
+
+def _outer_count(spec: OpSpec, tile: TileParams) -> int:
+    """Iterations of the loop outside the pipelined one (stationary operands reload per iteration)."""
+    if isinstance(spec, Conv2dSpec):
+        if tile.order == Order.B_STATIONARY:
+            return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("C") // spec.groups, tile.toc)
+        return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+    if isinstance(spec, MatmulSpec):
+        m, n, _ = spec.mnk
+        return _ceil(m, tile.tm) if _matmul_order(spec, tile) == Order.A_STATIONARY else _ceil(n, tile.tn)
+    return 1
+
+
+def _step_count(spec: OpSpec, tile: TileParams) -> int:
+    if isinstance(spec, Conv2dSpec):
+        g = spec.groups
+        return (spec.data.dim("N") * _ceil(g, tile.tg) * _ceil(spec.out.dim("C") // g, tile.toc)
+                * _ceil(spec.in_channels // g, min(tile.tic, spec.in_channels // g))
+                * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow))
+    if isinstance(spec, MatmulSpec):
+        m, n, k = spec.mnk
+        return spec.batch * _ceil(m, tile.tm) * _ceil(n, tile.tn) * _ceil(k, min(tile.tk, k))
+    if isinstance(spec, PoolSpec):
+        return (spec.data.dim("N") * _ceil(spec.data.dim("C"), tile.tc) * _ceil(spec.out.dim("H"), tile.toh)
+                * _ceil(spec.out.dim("W"), tile.tow))
+    return math.prod(_ceil(a, t) for a, t in zip(spec.out.shape, tile.tiles, strict=True))
+
+
+def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
+    """The search itself: rank every legal tile by :func:`quick_estimate` (closed form), then
+    run the flow model on the best ``SHORTLIST`` and keep the cheapest (ties: less SRAM)."""
     ok = legal(spec, hw, opts)
     if not ok:
         raise NoTileFits(
@@ -731,14 +890,12 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TilePara
             f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
-    ranked = sorted(((floor(spec, t, hw), -fp, i) for i, (t, fp) in enumerate(ok)))
+    ranked = sorted((quick_estimate(spec, t, hw), fp, i) for i, (t, fp) in enumerate(ok))
     best, best_key = None, (math.inf, 0)
-    for lower, neg_fp, i in ranked:
-        if lower >= best_key[0] * (1 - SEARCH_TOLERANCE):
-            break
+    for _, fp, i in ranked[:SHORTLIST]:
         est = _estimate_below(spec, ok[i][0], hw, best_key[0])
-        if est is not None and (est.cycles, neg_fp) < best_key:
-            best, best_key = ok[i][0], (est.cycles, neg_fp)
+        if est is not None and (est.cycles, fp) < best_key:
+            best, best_key = ok[i][0], (est.cycles, fp)
     return best
 
 

@@ -5,10 +5,11 @@ callback, so ``tvm.runtime.load_module`` of an exported NPU model works afterwar
 """
 
 from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_target
-from .driver import build, build_reference, load_model
+from .driver import BuildInfo, build, build_reference, build_with_info, load_model
 from .runtime import PartitionRun, Profile, last_runs, profile
 
 __all__ = [
+    "BuildInfo",
     "CompilerOptions",
     "DType",
     "HardwareConfig",
@@ -17,6 +18,7 @@ __all__ = [
     "Profile",
     "build",
     "build_reference",
+    "build_with_info",
     "last_runs",
     "load_model",
     "parse_target",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,57 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
     ]
 
 
+@dataclass(frozen=True)
+class BuildInfo:
+    """What the partitioner decided: operators on the NPU and on the host, and time per stage."""
+
+    npu_ops: dict[str, int]
+    host_ops: dict[str, int]
+    npu_macs: int
+    host_macs: int
+    layout_transforms: int
+    partitions: int
+    stage_seconds: dict[str, float]
+
+
+_TRANSFORMS = ("relax.permute_dims", "relax.layout_transform")
+
+
+def _call_macs(call: relax.Call) -> int:
+    """MACs of a host conv2d / matmul call (0 for other operators)."""
+    name = call.op.name
+    if name not in ("relax.nn.conv2d", "relax.matmul"):
+        return 0
+    out = [int(d) for d in call.ty.shape]
+    if name == "relax.matmul":
+        return int(np.prod(out)) * int(call.args[0].ty.shape[-1])
+    w = [int(d) for d in call.args[1].ty.shape]
+    return int(np.prod(out)) * int(np.prod(w)) // w[str(call.attrs.kernel_layout).index("O")]
+
+
+def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], int, int, int, int]:
+    """(NPU op counts, host op counts, NPU MACs, host MACs, host layout transforms, partitions)."""
+    npu: dict[str, int] = {}
+    host: dict[str, int] = {}
+    macs = {"npu": 0, "host": 0}
+    partitions = 0
+    for _, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        is_npu = bool(func.attrs) and "Codegen" in func.attrs
+        partitions += is_npu
+        counts = npu if is_npu else host
+
+        def visit(e: relax.Expr, counts: dict = counts, where: str = "npu" if is_npu else "host") -> None:
+            if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+                counts[e.op.name] = counts.get(e.op.name, 0) + 1
+                macs[where] += _call_macs(e)
+
+        relax.analysis.post_order_visit(func.body, visit)
+    transforms = sum(host.get(t, 0) for t in _TRANSFORMS)
+    return npu, host, macs["npu"], macs["host"], transforms, partitions
+
+
 def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> None:
     if dump_dir is not None:
         (dump_dir / f"{index:02d}_{name}.relax.txt").write_text(mod.script(show_meta=False))
@@ -127,17 +179,41 @@ def build(
     every intermediate form; ``tiles`` overrides the cost model's tile choice per
     operator signature (tuning records, see :mod:`tvm_npu.tuning`).
     """
+    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles)[0]
+
+
+def build_with_info(
+    model: Model,
+    target: str | NpuTarget = "npu",
+    *,
+    params: Mapping[str, Any] | None = None,
+    dump_dir: str | os.PathLike | None = None,
+    tiles: Mapping[str, TileParams] | None = None,
+) -> tuple[relax.VMExecutable, BuildInfo]:
+    """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
     npu = parse_target(target)
     dump = dump_dir if dump_dir is not None else os.environ.get("TVM_NPU_DUMP")
     dump_path = Path(dump) if dump else None
     if dump_path is not None:
         dump_path.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
     mod = load_model(model)
+    seconds["import"] = time.perf_counter() - t0
     _dump(dump_path, 0, "import", mod)
+    info = None
     for i, stage in enumerate(stages(npu, params, dump_path, tiles), start=1):
+        t0 = time.perf_counter()
         mod = stage.run(mod)
+        seconds[stage.name] = time.perf_counter() - t0
         _dump(dump_path, i, stage.name, mod)
-    return relax.build(mod, target=host_target())
+        if stage.name == "partition":
+            info = partition_info(mod)
+    t0 = time.perf_counter()
+    ex = relax.build(mod, target=host_target())
+    seconds["host"] = time.perf_counter() - t0
+    assert info is not None
+    return ex, BuildInfo(*info[:5], partitions=info[5], stage_seconds=seconds)
 
 
 def host_target() -> tvm.target.Target:

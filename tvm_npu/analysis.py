@@ -1,0 +1,169 @@
+"""The per-layer report: what each NPU operator did, and how close it came to the hardware limit.
+
+For every layer of every partition run: operator, shapes, layouts, tile parameters,
+MACs, DRAM bytes (inputs, weights, outputs; moved by DMA; wasted on partial bursts),
+SRAM peak, simulated cycles, the datasheet bound and the efficiency against it, which
+resource binds, and the layout transforms the host ran. Cycles per layer come from
+the simulator's timeline (the first start to the last end of the layer's
+instructions), so a run must be profiled with ``trace=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tvm_npu.artifact import LayerInfo
+from tvm_npu.config import DType, HardwareConfig, parse_target
+from tvm_npu.runtime import PartitionRun, Profile
+from tvm_npu.simulator import decode_program, isa
+from tvm_npu.simulator.timing import dma_cost
+
+@dataclass(frozen=True)
+class LayerReport:
+    """One NPU layer of a profiled run (bytes are DRAM bytes; cycles at the NPU clock)."""
+
+    partition: str
+    name: str
+    op: str
+    description: str
+    layout_in: str
+    layout_out: str
+    tile: dict
+    macs: int
+    input_bytes: int
+    weight_bytes: int
+    output_bytes: int
+    dram_bytes: int  # moved by the layer's DMA descriptors (useful bytes)
+    wasted_bytes: int  # moved in partial bursts beyond what was asked for
+    sram_peak_bytes: int
+    cycles: int
+    bound_cycles: float
+    efficiency: float
+    bound_by: str
+    predicted_cycles: float
+    fused: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """All NPU layers of one profiled run, plus the whole-model figures."""
+
+    layers: tuple[LayerReport, ...]
+    cycles: int  # sum of the partitions' simulated cycles
+    bound_cycles: float  # sum of the per-layer bounds
+    dram_bytes: int
+    npu_macs: int
+    host_macs: int
+    layout_transforms: int
+
+    @property
+    def efficiency(self) -> float:
+        return self.bound_cycles / self.cycles if self.cycles else 0.0
+
+    def geomean_efficiency(self, ops: Sequence[str] = ("conv2d", "matmul")) -> float:
+        vals = [x.efficiency for x in self.layers if x.op in ops and x.efficiency > 0]
+        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 0.0
+
+    def to_json(self) -> dict:
+        """The machine-readable form of ``tvm-npu profile --json``."""
+        return {
+            "model": {"cycles": self.cycles, "bound_cycles": self.bound_cycles, "efficiency": self.efficiency,
+                      "dram_bytes": self.dram_bytes, "npu_macs": self.npu_macs, "host_macs": self.host_macs,
+                      "layout_transforms": self.layout_transforms},
+            "layers": [{**asdict(x), "sram_peak_bytes": x.sram_peak_bytes} for x in self.layers],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    def table(self) -> str:
+        """The report as a fixed-width text table."""
+        head = ("layer", "op", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles", "bound",
+                "eff", "bound by")
+        rows = [head]
+        for x in self.layers:
+            tile = " ".join(f"{k}={v}" for k, v in x.tile.items() if k not in ("kind", "stages"))
+            rows.append((x.name, x.description[:48], tile[:40], f"{x.macs / 1e6:.1f}M", f"{x.dram_bytes / 1024:.0f}",
+                         f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
+                         f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.append("")
+        lines.append(f"model: {self.cycles} cycles, bound {self.bound_cycles:.0f} (efficiency {self.efficiency:.3f}), "
+                     f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, DRAM {self.dram_bytes / 2**20:.1f} MiB, "
+                     f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
+                     f"layout transforms on host {self.layout_transforms}")
+        return "\n".join(lines)
+
+
+def layer_bound(hw: HardwareConfig, layer: LayerInfo) -> tuple[float, float, float]:
+    """(bound, compute part, DRAM part) of one layer by the datasheet's formula."""
+    compute = layer.macs / hw.peak_macs_per_cycle(DType.from_str(layer.dtype)) if layer.macs else 0.0
+    dram = (layer.input_bytes + layer.weight_bytes + layer.output_bytes) / hw.dram_bytes_per_cycle
+    return max(compute, dram), compute, dram
+
+
+def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
+    """Per-layer figures of one partition run.
+
+    Layers overlap a little (a layer's first loads start while the previous one
+    drains), so a layer is charged from the later of its first start and the previous
+    layer's last end, to its own last end: the layers' cycles add up to the run's.
+    The binding resource is the busiest of the tensor engine, the vector engine and
+    the DRAM channel (cycles spent moving the layer's bytes).
+    """
+    hw = parse_target(run.artifact.target).hw
+    program = decode_program(run.artifact.program)
+    events: dict[int, list] = {}
+    for ev in run.trace:
+        events.setdefault(ev.index, []).append(ev)
+    prev_end = 0
+    for layer in run.artifact.layers:
+        busy = {"tensor": 0, "vector": 0, "DMA_LOAD": 0, "DMA_STORE": 0, "DRAM": 0}  # per timeline track
+        start, end = math.inf, 0
+        moved = wasted = 0
+        for i in range(layer.first, layer.last):
+            ins = program.instructions[i]
+            for ev in events.get(i, ()):
+                if ev.track != "DRAM":
+                    start, end = min(start, ev.start), max(end, ev.end)
+                key = ev.track.lower() if ev.track in ("TENSOR", "VECTOR") else ev.track
+                busy[key] += ev.end - ev.start
+            if isinstance(ins, isa.DmaLoad | isa.DmaStore):
+                cost = dma_cost(hw, ins)
+                moved += cost.useful_bytes
+                wasted += cost.wasted_bytes
+        begin = max(start, prev_end) if end else prev_end
+        cycles = int(max(0, end - begin))
+        prev_end = max(prev_end, end)
+        bound, _, _ = layer_bound(hw, layer)
+        load = {"tensor": busy["tensor"], "vector": busy["vector"], "dma": busy["DRAM"]}
+        yield LayerReport(
+            partition=run.symbol, name=layer.name, op=layer.op, description=layer.description,
+            layout_in=layer.layout_in, layout_out=layer.layout_out, tile=layer.tile, macs=layer.macs,
+            input_bytes=layer.input_bytes, weight_bytes=layer.weight_bytes, output_bytes=layer.output_bytes,
+            dram_bytes=moved, wasted_bytes=wasted, sram_peak_bytes=layer.sram_bytes, cycles=cycles,
+            bound_cycles=bound, efficiency=bound / cycles if cycles else 0.0,
+            bound_by=max(load, key=load.get), predicted_cycles=layer.predicted_cycles, fused=tuple(layer.fused),
+        )
+
+
+def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0) -> ModelReport:
+    """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``."""
+    if any(not run.trace for run in profile.runs):
+        raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
+    layers = tuple(x for run in profile.runs for x in _layers_of(run))
+    return ModelReport(
+        layers=layers,
+        cycles=sum(r.stats.total_cycles for r in profile.runs),
+        bound_cycles=sum(x.bound_cycles for x in layers),
+        dram_bytes=sum(r.stats.dma_load_bytes + r.stats.dma_store_bytes for r in profile.runs),
+        npu_macs=sum(x.macs for x in layers),
+        host_macs=host_macs,
+        layout_transforms=layout_transforms,
+    )
