@@ -149,6 +149,31 @@ def silu(seed: int = 0) -> tvm.IRModule:
     return bb.get()
 
 
+def dense_head(seed: int = 0) -> tvm.IRModule:
+    """A one-unit logistic output: ``sigmoid(x @ w + b)`` with ``w`` of shape (64, 1)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, "NC", seed)
+            logit = m.emit(R.add(m.emit(R.matmul(x, m.const((64, 1), 1 / 8))), m.const((1,), 0.1)))
+            gv = bb.emit_output(m.emit(R.sigmoid(logit)))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def conv_wide_pad(seed: int = 0) -> tvm.IRModule:
+    """A 1x1 conv with padding 1 (the border outputs see only padding)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, "NCHW", seed)
+            gv = bb.emit_output(m.conv(x, 8, 1, pad=1))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
 def conv1x1(c: int, o: int, h: int, layout: str = "NCHW", seed: int = 0) -> tvm.IRModule:
     """A single 1x1 conv + bias + relu on a ``h x h`` image."""
     bb = relax.BlockBuilder()

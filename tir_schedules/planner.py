@@ -821,8 +821,10 @@ def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParam
 _CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions], TileParams] = {}
 
 
-#: How many of the best candidates by :func:`quick_estimate` the flow model re-estimates.
-SHORTLIST = 24
+#: How many of the best candidates by each closed-form ranking the flow model re-estimates.
+SHORTLIST = 16
+#: A tile this much slower than the fastest may still win by moving fewer DRAM bytes.
+TRAFFIC_SLACK = 0.02
 
 
 def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
@@ -881,8 +883,14 @@ def _step_count(spec: OpSpec, tile: TileParams) -> int:
 
 
 def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
-    """The search itself: rank every legal tile by :func:`quick_estimate` (closed form), then
-    run the flow model on the best ``SHORTLIST`` and keep the cheapest (ties: less SRAM)."""
+    """The search itself.
+
+    Every legal tile is ranked twice in closed form, by :func:`quick_estimate` (speed)
+    and by :func:`traffic_floor` (DRAM traffic); the best ``SHORTLIST`` of each are
+    estimated with the flow model. The fastest wins, except that a tile within
+    ``TRAFFIC_SLACK`` of its cycles that moves fewer DRAM bytes is preferred: DRAM
+    traffic costs energy and the bandwidth other operators could use.
+    """
     ok = legal(spec, hw, opts)
     if not ok:
         raise NoTileFits(
@@ -890,13 +898,13 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TilePara
             f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
-    ranked = sorted((quick_estimate(spec, t, hw), fp, i) for i, (t, fp) in enumerate(ok))
-    best, best_key = None, (math.inf, 0)
-    for _, fp, i in ranked[:SHORTLIST]:
-        est = _estimate_below(spec, ok[i][0], hw, best_key[0])
-        if est is not None and (est.cycles, fp) < best_key:
-            best, best_key = ok[i][0], (est.cycles, fp)
-    return best
+    by_speed = sorted(range(len(ok)), key=lambda i: quick_estimate(spec, ok[i][0], hw))
+    by_traffic = sorted(range(len(ok)), key=lambda i: (traffic_floor(spec, ok[i][0], hw), ok[i][1]))
+    shortlist = dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])
+    estimates = [(estimate(spec, ok[i][0], hw), ok[i][1], i) for i in shortlist]
+    fastest = min(e.cycles for e, _, _ in estimates)
+    near = [(e.dram_bytes, e.cycles, fp, i) for e, fp, i in estimates if e.cycles <= fastest * (1 + TRAFFIC_SLACK)]
+    return ok[min(near)[3]][0]
 
 
 def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:

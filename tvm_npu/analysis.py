@@ -56,6 +56,7 @@ class ModelReport:
     cycles: int  # sum of the partitions' simulated cycles
     bound_cycles: float  # sum of the per-layer bounds
     dram_bytes: int
+    compulsory_bytes: int  # every layer's inputs, weights and outputs once
     npu_macs: int
     host_macs: int
     layout_transforms: int
@@ -72,7 +73,8 @@ class ModelReport:
         """The machine-readable form of ``tvm-npu profile --json``."""
         return {
             "model": {"cycles": self.cycles, "bound_cycles": self.bound_cycles, "efficiency": self.efficiency,
-                      "dram_bytes": self.dram_bytes, "npu_macs": self.npu_macs, "host_macs": self.host_macs,
+                      "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
+                      "npu_macs": self.npu_macs, "host_macs": self.host_macs,
                       "layout_transforms": self.layout_transforms},
             "layers": [{**asdict(x), "sram_peak_bytes": x.sram_peak_bytes} for x in self.layers],
         }
@@ -95,7 +97,8 @@ class ModelReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.append("")
         lines.append(f"model: {self.cycles} cycles, bound {self.bound_cycles:.0f} (efficiency {self.efficiency:.3f}), "
-                     f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, DRAM {self.dram_bytes / 2**20:.1f} MiB, "
+                     f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, DRAM {self.dram_bytes / 2**20:.1f} MiB "
+                     f"({self.dram_bytes / max(self.compulsory_bytes, 1):.2f}x compulsory), "
                      f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
                      f"layout transforms on host {self.layout_transforms}")
         return "\n".join(lines)
@@ -163,6 +166,7 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0) -> 
         cycles=sum(r.stats.total_cycles for r in profile.runs),
         bound_cycles=sum(x.bound_cycles for x in layers),
         dram_bytes=sum(r.stats.dma_load_bytes + r.stats.dma_store_bytes for r in profile.runs),
+        compulsory_bytes=sum(x.input_bytes + x.weight_bytes + x.output_bytes for x in layers),
         npu_macs=sum(x.macs for x in layers),
         host_macs=host_macs,
         layout_transforms=layout_transforms,
