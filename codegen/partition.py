@@ -17,9 +17,6 @@ from pathlib import Path
 
 import numpy as np
 from tvm import relax
-
-from tvm_npu.artifact import Artifact, LayerInfo
-from tvm_npu.config import NpuTarget
 from tvm_npu.relay_patterns.extract import extract_op, tensor_type
 from tvm_npu.simulator import disassemble, encode_program, isa
 from tvm_npu.tir_schedules import planner
@@ -34,6 +31,9 @@ from tvm_npu.tir_schedules.ops import (
     spec_key,
 )
 from tvm_npu.tir_schedules.params import TileParams, tile_to_json
+
+from tvm_npu.artifact import Artifact, LayerInfo
+from tvm_npu.config import NpuTarget
 
 from .emit import ProgramAssembler
 from .operator import compile_operator

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
+from tvm_npu.tir_schedules.params import tile_from_json
 
 from tvm_npu.config import parse_target
 from tvm_npu.runtime_module import create_module
-from tvm_npu.tir_schedules.params import tile_from_json
 
 from .partition import compile_partition
 

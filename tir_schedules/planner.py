@@ -580,8 +580,8 @@ def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConf
     for total, t in zip(shape, tile.tiles, strict=True):
         boxes = [[*bx, ax] for bx in boxes for ax in _axis_tiles(total, t)]
     for box in boxes:
-        lo = [a for a, _ in box]
-        ext = [e for _, e in box]
+        lo = tuple(a for a, _ in box)
+        ext = tuple(e for _, e in box)
         loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
         for e in spec.epilogue:
             if e.operand is None:
@@ -708,14 +708,18 @@ def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[
 
 
 def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple[TileParams, int]]:
-    """Candidates whose footprint fits ``-max-sram-bytes``, with their footprints."""
+    """Candidates whose footprint fits ``-max-sram-bytes``, with their footprints.
+
+    Tiles spanning whole rows (``tow`` = output width) come first: they give the longest
+    DRAM runs and no column halo. Narrower tiles are only considered when no
+    whole-row tile fits.
+    """
     budget = hw.max_sram_bytes
-    out = []
-    for t in candidates(spec, hw, opts):
-        fp = footprint(spec, t, hw)
-        if fp <= budget:
-            out.append((t, fp))
-    return out
+    fitting = [(t, fp) for t in candidates(spec, hw, opts) if (fp := footprint(spec, t, hw)) <= budget]
+    if isinstance(spec, Conv2dSpec | PoolSpec):
+        whole = [(t, fp) for t, fp in fitting if t.tow == spec.out.dim("W")]
+        return whole or fitting
+    return fitting
 
 
 def _sum_ceil(total: int, tile: int, q: int, mult: int = 1) -> int:
@@ -823,6 +827,8 @@ _CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions], TileParams] = {}
 
 #: How many of the best candidates by each closed-form ranking the flow model re-estimates.
 SHORTLIST = 16
+#: Steps of an output tile :func:`quick_estimate` looks at.
+_QUICK_STEPS = 4
 #: A tile this much slower than the fastest may still win by moving fewer DRAM bytes.
 TRAFFIC_SLACK = 0.02
 
@@ -839,7 +845,7 @@ def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
     store = _Copy()
     tensor = vector = n = 0
     stationary = 0
-    for st in steps:
+    for st in itertools.islice(steps, _QUICK_STEPS):  # a long reduction: its first steps stand for all
         n += 1
         unit = unit + st.loads + st.operands
         store = store + st.store

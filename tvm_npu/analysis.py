@@ -22,6 +22,7 @@ from tvm_npu.runtime import PartitionRun, Profile
 from tvm_npu.simulator import decode_program, isa
 from tvm_npu.simulator.timing import dma_cost
 
+
 @dataclass(frozen=True)
 class LayerReport:
     """One NPU layer of a profiled run (bytes are DRAM bytes; cycles at the NPU clock)."""
