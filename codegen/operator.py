@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tvm_npu.config import HardwareConfig
+from tvm_npu.simulator import isa
 from tvm_npu.tir_schedules import Scheduled, schedule
 from tvm_npu.tir_schedules.ops import OpSpec
 from tvm_npu.tir_schedules.params import TileParams
 
 from .emit import OperatorEmitter, ProgramAssembler
 from .lower import lower
+from .sync import insert_semaphores
 from .tir_walk import compile_walk
 
 #: Receives (stage name, text) for every intermediate form when dumping is on.
@@ -32,3 +35,14 @@ def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, laye
     OperatorEmitter(asm, spec, walk, scheduled.roles, scheduled.axes, scheduled.aliases, layer).run()
     asm.sram_top = mark
     return scheduled
+
+
+def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> isa.Program:
+    """One operator as a complete program (its tensors as inputs/outputs), for tuning and tests."""
+    asm = ProgramAssembler(hw)
+    for t in spec.inputs:
+        asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
+    asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)
+    compile_operator(asm, spec, tile, 0)
+    instructions, _ = insert_semaphores(hw, asm.instructions, asm.layer_of)
+    return isa.Program(hw.config_hash, tuple(asm.tensors), (*instructions, isa.End()), asm.constants)

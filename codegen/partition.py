@@ -173,6 +173,14 @@ def _describe(spec: OpSpec) -> tuple[str, str, str]:
     return "elementwise", f"{epi} {spec.out.shape}", spec.out.dtype.np.name
 
 
+def partition_specs(func: relax.Function, target: NpuTarget) -> list[OpSpec]:
+    """The operators a partition compiles to, after fusion (what the tuner measures)."""
+    ops, _, _, outputs = _partition_ops(func)
+    if target.options.fusion >= 1:
+        ops = _fuse(ops, outputs, target)
+    return [op.spec for op in ops]
+
+
 def compile_partition(
     func: relax.Function,
     symbol: str,

@@ -904,13 +904,22 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TilePara
             f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
-    by_speed = sorted(range(len(ok)), key=lambda i: quick_estimate(spec, ok[i][0], hw))
-    by_traffic = sorted(range(len(ok)), key=lambda i: (traffic_floor(spec, ok[i][0], hw), ok[i][1]))
-    shortlist = dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])
-    estimates = [(estimate(spec, ok[i][0], hw), ok[i][1], i) for i in shortlist]
+    short = _shortlist(spec, hw, ok)
+    estimates = [(estimate(spec, t, hw), fp, i) for i, (t, fp) in enumerate(short)]
     fastest = min(e.cycles for e, _, _ in estimates)
     near = [(e.dram_bytes, e.cycles, fp, i) for e, fp, i in estimates if e.cycles <= fastest * (1 + TRAFFIC_SLACK)]
-    return ok[min(near)[3]][0]
+    return short[min(near)[3]][0]
+
+
+def _shortlist(spec: OpSpec, hw: HardwareConfig, ok: list[tuple[TileParams, int]]) -> list[tuple[TileParams, int]]:
+    by_speed = sorted(range(len(ok)), key=lambda i: quick_estimate(spec, ok[i][0], hw))
+    by_traffic = sorted(range(len(ok)), key=lambda i: (traffic_floor(spec, ok[i][0], hw), ok[i][1]))
+    return [ok[i] for i in dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])]
+
+
+def shortlist(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
+    """The tiles the search estimates with the flow model (the tuner measures these first)."""
+    return [t for t, _ in _shortlist(spec, hw, legal(spec, hw, opts))]
 
 
 def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:

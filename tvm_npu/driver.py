@@ -31,6 +31,7 @@ from tvm import relax
 import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
+from tvm_npu.codegen.partition import partition_specs
 from tvm_npu.relay_patterns.layout import plan_layouts
 from tvm_npu.tir_schedules.params import TileParams, tile_to_json
 
@@ -164,6 +165,28 @@ def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> No
         (dump_dir / f"{index:02d}_{name}.relax.txt").write_text(mod.script(show_meta=False))
 
 
+def npu_operators(model: Model, target: str | NpuTarget = "npu", *,
+                  params: Mapping[str, Any] | None = None) -> list:
+    """The operator specs the NPU partitions of ``model`` compile to (what tuning measures)."""
+    npu = parse_target(target)
+    mod = load_model(model)
+    for stage in stages(npu, params):
+        if stage.name == "codegen":
+            break
+        mod = stage.run(mod)
+    return [spec for _, func in mod.functions.items()
+            if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs
+            for spec in partition_specs(func, npu)]
+
+
+def tune(model: Model, target: str | NpuTarget, records: str | os.PathLike, *, trials: int = 16,
+         params: Mapping[str, Any] | None = None, progress: bool = True) -> list:
+    """Measure candidate tiles of every distinct NPU operator of ``model``; append to ``records``."""
+    from tvm_npu.tuning import tune_specs
+
+    return tune_specs(npu_operators(model, target, params=params), target, records, trials, progress=progress)
+
+
 def build(
     model: Model,
     target: str | NpuTarget = "npu",
@@ -171,15 +194,16 @@ def build(
     params: Mapping[str, Any] | None = None,
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
+    records: str | os.PathLike | None = None,
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
     ``target`` is ``"npu -key=value ..."`` (see ``tvm_npu.config``); ``params`` binds
     named function parameters as constants; ``dump_dir`` (or ``$TVM_NPU_DUMP``) receives
-    every intermediate form; ``tiles`` overrides the cost model's tile choice per
-    operator signature (tuning records, see :mod:`tvm_npu.tuning`).
+    every intermediate form; ``records`` replays the best tuned tile of every operator
+    (see :func:`tune`), ``tiles`` overrides the tile choice per operator signature directly.
     """
-    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles)[0]
+    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, records=records)[0]
 
 
 def build_with_info(
@@ -189,9 +213,14 @@ def build_with_info(
     params: Mapping[str, Any] | None = None,
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
+    records: str | os.PathLike | None = None,
 ) -> tuple[relax.VMExecutable, BuildInfo]:
     """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
     npu = parse_target(target)
+    if records is not None:
+        from tvm_npu.tuning import tiles_for
+
+        tiles = {**(tiles_for(records, npu) or {}), **(tiles or {})}
     dump = dump_dir if dump_dir is not None else os.environ.get("TVM_NPU_DUMP")
     dump_path = Path(dump) if dump else None
     if dump_path is not None:
