@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tvm_npu.simulator import isa
+from tvm_npu.tir_schedules.common import dram_name
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
 from tvm_npu.tir_schedules.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
@@ -265,7 +266,7 @@ class OperatorEmitter:
         s_off += _dot(lo, s_str)
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
         dims = copy_plan(ext, d_str, s_str)
-        tensor = self.asm.index(dram.buffer)
+        tensor = self.asm.index(dram_name(dram.buffer))
         dtype = self.asm.tensors[tensor].dtype
         itemsize = dtype.itemsize
         cls = isa.DmaLoad if load else isa.DmaStore
@@ -462,7 +463,7 @@ class OperatorEmitter:
         if other is not None:
             x_off += _dot(lo, operands[2])
         ext = [r[1] - r[0] for r in ranges]
-        if min(ext) <= 0:
+        if any(e <= 0 for e in ext):
             return
         dims = merge_dims(ext, *operands)
         dtype = DType.from_str(o.dtype)

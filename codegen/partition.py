@@ -132,6 +132,8 @@ def _fuse(ops: list[_Op], outputs: list[str], target: NpuTarget) -> list[_Op]:
             prod = ops[i].spec
             if prod.out.shape != spec.out.shape or prod.out.dtype != spec.out.dtype:
                 continue
+            if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
+                continue  # a per-channel operand would line up with another axis
             if any(s.operand is not None and s.operand.name in (t.name for t in _after(ops, i, j)) for s in steps):
                 continue  # an operand computed between producer and consumer: would be read too early
             fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
@@ -143,6 +145,14 @@ def _fuse(ops: list[_Op], outputs: list[str], target: NpuTarget) -> list[_Op]:
             changed = True
             break
     return ops
+
+
+def channel_axis(spec: OpSpec) -> int:
+    """The output axis per-channel epilogue operands run along."""
+    layout = spec.out.layout
+    if isinstance(spec, MatmulSpec) or "C" not in layout:
+        return len(spec.out.shape) - 1
+    return layout.index("C")
 
 
 def _after(ops: list[_Op], i: int, j: int) -> list:

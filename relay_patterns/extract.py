@@ -405,6 +405,20 @@ def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[re
     return lhs, rhs
 
 
+def check_padding(spec: OpSpec) -> None:
+    """The NPU pads inside a tile: padding may not exceed the (dilated) window it pads."""
+    if isinstance(spec, Conv2dSpec):
+        limits = [(k - 1) * d for k, d in zip(spec.kernel, spec.dilation, strict=True)]
+    elif isinstance(spec, PoolSpec):
+        limits = [k - 1 for k in spec.kernel]
+    else:
+        return
+    t, l, b, r = spec.padding
+    if max(t, b) > limits[0] or max(l, r) > limits[1]:
+        raise ValueError(f"{spec.name} padding {spec.padding} is wider than its window allows "
+                         f"(at most {limits[0]} rows, {limits[1]} columns); it stays on the host")
+
+
 def _check_dtypes(spec: OpSpec) -> None:
     """float32 everywhere, or int8 operands with an int32 result for conv2d / matmul."""
     out = spec.out.dtype
@@ -447,6 +461,7 @@ def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
         axis = len(out_shape) - 1 if isinstance(spec, MatmulSpec) else spec.out.layout.index("C")
     spec = spec.with_epilogue(*(_epilogue(s, spec.out, axis, region) for s in steps))
     _check_dtypes(spec)
+    check_padding(spec)
     return ExtractedOp(spec, region.constants)
 
 

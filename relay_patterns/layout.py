@@ -12,16 +12,15 @@ from tvm import relax
 
 from tvm_npu.config import Layout, NpuTarget
 
-_SPATIAL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
-
-
 def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
     """Rewrite activation layouts according to ``-layout-pref``."""
     pref = target.options.layout_pref
     if pref == Layout.AUTO:
         return mod
     layout = pref.value
-    desired = {"relax.nn.conv2d": [layout, "OIHW"], **{op: [layout] for op in _SPATIAL_OPS}}
+    # pooling and elementwise ops follow their producer's layout (ConvertLayout takes no
+    # desired layout for them)
+    desired = {"relax.nn.conv2d": [layout, "OIHW"]}
     with tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.ConvertLayout(desired)(mod)
         return relax.transform.FoldConstant()(mod)

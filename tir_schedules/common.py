@@ -27,6 +27,7 @@ from tvm_npu.config import ACCUMULATOR, DType
 from .ops import Broadcast, EpiKind, Epilogue, OpSpec, TensorRef
 
 SRAM = "global.npu_sram"
+OPERAND_TAG = "@op"
 INSTR = "npu.instr"
 EPI = "npu.epi"
 
@@ -45,9 +46,23 @@ class Scheduled:
     stores: list[s_tir.SBlockRV] = field(default_factory=list)
 
 
-def placeholder(ref: TensorRef, shape: Sequence[int] | None = None) -> te.Tensor:
-    """The TE input for a DRAM tensor (a reshaped view when ``shape`` is given)."""
-    return te.placeholder(tuple(shape or ref.shape), ref.dtype.np.name, name=ref.name)
+def placeholder(ref: TensorRef, shape: Sequence[int] | None = None, name: str | None = None) -> te.Tensor:
+    """The TE input for a DRAM tensor (a reshaped view when ``shape`` is given).
+
+    ``name`` distinguishes a second use of the same tensor (its TIR buffer must have a
+    name of its own); :func:`dram_name` maps it back.
+    """
+    return te.placeholder(tuple(shape or ref.shape), ref.dtype.np.name, name=name or ref.name)
+
+
+def operand_name(ref: TensorRef, index: int) -> str:
+    """TE name of epilogue step ``index``'s operand: unique even if the tensor is also the data."""
+    return f"{ref.name}{OPERAND_TAG}{index}"
+
+
+def dram_name(buffer: str) -> str:
+    """The DRAM tensor a TIR input buffer stands for."""
+    return buffer.split(OPERAND_TAG, 1)[0]
 
 
 def acc_dtype(dtype: DType) -> str:
@@ -99,9 +114,9 @@ def epilogue_stages(
         operand = None
         if step.operand is not None:
             if step.broadcast == Broadcast.CHANNEL:
-                operand = placeholder(step.operand, (step.operand.size,))
+                operand = placeholder(step.operand, (step.operand.size,), operand_name(step.operand, i))
             else:
-                operand = placeholder(step.operand, operand_shape or acc.shape)
+                operand = placeholder(step.operand, operand_shape or acc.shape, operand_name(step.operand, i))
             operands[i] = operand
         name = spec.out.name if i == len(spec.epilogue) - 1 else f"epi{i}"
         prev = te.compute(acc.shape, _stage_body(prev, operand, step, channel_of), name=name)
