@@ -88,7 +88,7 @@ rm.set_invoke_handler(_t.toy_handler)
 def run_python(code: str, *, import_package: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter, after ``CHILD_SETUP`` unless told otherwise."""
     source = (CHILD_SETUP if import_package else "") + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-P", "-c", source], capture_output=True, text=True, timeout=timeout)
 
 
 def inputs() -> tuple[np.ndarray, np.ndarray]:

@@ -104,6 +104,6 @@ def test_cli_as_module(tmp_path: Path) -> None:
     path = tmp_path / "prog.bin"
     path.write_bytes(encode_program(program))
     out = subprocess.run(
-        [sys.executable, "-m", "tvm_npu.simulator.disasm", str(path)], capture_output=True, text=True, check=True
+        [sys.executable, "-P", "-m", "tvm_npu.simulator.disasm", str(path)], capture_output=True, text=True, check=True
     ).stdout
     assert out == disassemble(program)
