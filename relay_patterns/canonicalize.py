@@ -3,6 +3,7 @@
 * ``FoldBatchNorm``: ``batch_norm(conv2d(x, W))`` with constant parameters becomes
   ``conv2d(x, W * s) + (beta - mean * s)`` with ``s = gamma / sqrt(var + eps)``, so
   batch-norm costs nothing on the NPU (it is a bias in the conv epilogue).
+* ``RemoveDropout``: inference dropout is the identity.
 * ``SimplifySumOfStack``: the ONNX importer turns ``Sum(a, b, ...)`` into
   ``sum(stack(broadcast_to(a), broadcast_to(b)), axis=0)``; this becomes a chain of
   ``add`` (with the broadcasts dropped where they are identities), which the residual
@@ -125,6 +126,21 @@ class _SumOfStack(relax.PyExprMutator):
         return acc
 
 
+def _drop_dropout(func: relax.Function) -> relax.Function:
+    x = wildcard()
+    root = is_tuple_get_item(is_op("relax.nn.dropout")(x), 0)
+    return rewrite_call(root, lambda _orig, m: m[x], func)
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_npu.RemoveDropout")
+def remove_dropout(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """Inference: dropout is the identity (and its tuple result confuses layout conversion)."""
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = _drop_dropout(func)
+    return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldBatchNorm")
 def fold_batch_norm(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Fold inference batch-norm into the preceding conv2d's weights and a bias add."""
@@ -147,6 +163,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
     """The Relax clean-up that runs before partitioning, in order."""
     return [
         relax.transform.FoldConstant(),
+        remove_dropout,
         fold_batch_norm,
         relax.transform.DecomposeOpsForInference(),
         simplify_sum_of_stack,

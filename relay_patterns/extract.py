@@ -162,13 +162,14 @@ def _padding4(pad: Sequence[int]) -> tuple[int, int, int, int]:
     raise ValueError(f"padding {p} must have 1, 2 or 4 values")
 
 
-def _spatial_layout(layout: object, out_layout: object, what: str) -> str:
-    layout = str(layout)
-    if layout not in _SPATIAL_LAYOUTS:
-        raise ValueError(f"{what} layout {layout} is not supported; accepted: NCHW, NHWC")
-    if out_layout and str(out_layout) != layout:
-        raise ValueError(f"{what} changes layout {layout} -> {out_layout}; the NPU keeps the layout")
-    return layout
+def _spatial_layout(layout: object, out_layout: object, what: str) -> tuple[str, str]:
+    """(input layout, output layout); they may differ (a folded layout transform)."""
+    src = str(layout)
+    dst = str(out_layout) if out_layout else src
+    for lay in (src, dst):
+        if lay not in _SPATIAL_LAYOUTS:
+            raise ValueError(f"{what} layout {lay} is not supported; accepted: NCHW, NHWC")
+    return src, dst
 
 
 # ---- main operators -------------------------------------------------------------------------
@@ -176,7 +177,9 @@ def _spatial_layout(layout: object, out_layout: object, what: str) -> str:
 
 def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
     attrs = call.attrs
-    layout = _spatial_layout(attrs.data_layout, attrs.out_layout, "conv2d")
+    layout, out_layout = _spatial_layout(attrs.data_layout, attrs.out_layout, "conv2d")
+    if layout != out_layout and int(attrs.groups) != 1:
+        raise ValueError("a grouped conv2d that changes layout is not supported")
     data, weight = call.args
     kernel_layout = str(attrs.kernel_layout)
     if sorted(kernel_layout) != sorted("OIHW"):
@@ -196,7 +199,7 @@ def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
     shape, dtype = tensor_type(call)
     return Conv2dSpec(
         "conv2d",
-        TensorRef(out_name, shape, dtype, layout),
+        TensorRef(out_name, shape, dtype, out_layout),
         data=dref,
         weight=wref,
         strides=_ints(attrs.strides),
@@ -230,7 +233,7 @@ def _matmul(call: relax.Call, region: _Region, out_name: str) -> MatmulSpec:
 def _pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     attrs = call.attrs
     kind = PoolKind.MAX if call.op.name == "relax.nn.max_pool2d" else PoolKind.AVG
-    layout = _spatial_layout(attrs.layout, attrs.out_layout, call.op.name)
+    layout, out_layout = _spatial_layout(attrs.layout, attrs.out_layout, call.op.name)
     if attrs.ceil_mode:
         raise ValueError("pooling with ceil_mode=True is not supported")
     if _ints(attrs.dilation) != (1, 1):
@@ -238,7 +241,7 @@ def _pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     shape, dtype = tensor_type(call)
     return PoolSpec(
         call.op.name.rsplit(".", 1)[-1],
-        TensorRef(out_name, shape, dtype, layout),
+        TensorRef(out_name, shape, dtype, out_layout),
         data=region.ref(call.args[0], layout),
         kind=kind,
         kernel=_ints(attrs.pool_size),
@@ -248,14 +251,15 @@ def _pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     )
 
 
-def _global_avg(call: relax.Call, region: _Region, out_name: str, layout: str) -> PoolSpec:
+def _global_avg(call: relax.Call, region: _Region, out_name: str, layout: str,
+                out_layout: str | None = None) -> PoolSpec:
     data = region.ref(call.args[0], layout)
     if len(data.shape) != 4:
         raise ValueError(f"global average pool of a rank-{len(data.shape)} tensor; expected 4")
     shape, dtype = tensor_type(call)
     return PoolSpec(
         call.op.name.rsplit(".", 1)[-1],
-        TensorRef(out_name, shape, dtype, layout),
+        TensorRef(out_name, shape, dtype, out_layout or layout),
         data=data,
         kind=PoolKind.AVG,
         kernel=(data.dim("H"), data.dim("W")),
@@ -264,10 +268,10 @@ def _global_avg(call: relax.Call, region: _Region, out_name: str, layout: str) -
 
 def _adaptive_avg_pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     attrs = call.attrs
-    layout = _spatial_layout(attrs.layout, attrs.out_layout, "adaptive_avg_pool2d")
+    layout, out_layout = _spatial_layout(attrs.layout, attrs.out_layout, "adaptive_avg_pool2d")
     if attrs.output_size is None or _ints(attrs.output_size) not in ((1,), (1, 1)):
         raise ValueError(f"adaptive_avg_pool2d to {attrs.output_size}; only a 1x1 output (global pool) is supported")
-    return _global_avg(call, region, out_name, layout)
+    return _global_avg(call, region, out_name, layout, out_layout)
 
 
 def _mean(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:

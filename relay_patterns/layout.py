@@ -1,26 +1,228 @@
 """Activation layout planning (before partitioning).
 
-``-layout-pref=NCHW|NHWC`` forces the layout of every convolution and pooling
-window through TVM's own ``ConvertLayout``, which inserts a layout transform only
-where a producer and a consumer disagree; ``auto`` keeps the model's layout.
+Each convolution prefers the layout in which the cost model predicts it runs
+fastest on the NPU (NCHW or NHWC; pooling and elementwise ops follow their
+producer). ``-layout-pref=NCHW|NHWC`` forces one layout; ``auto`` weighs the
+preferences by the cycles at stake and converts the model when the other layout
+wins overall. The conversion is TVM's own ``ConvertLayout``, which inserts a
+transform only where two layouts meet; a transform next to a convolution or a
+pooling window is then folded into that operator (its input DMA reads, or its
+output DMA writes, the other layout through strides), so it never runs on the host.
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm import relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules.ops import Conv2dSpec, TensorRef
 
-from tvm_npu.config import Layout, NpuTarget
+from tvm_npu.config import DType, Layout, NpuTarget
+
+_TO = {"NCHW": "NHWC", "NHWC": "NCHW"}
+_PERM = {("NCHW", "NHWC"): [0, 2, 3, 1], ("NHWC", "NCHW"): [0, 3, 1, 2]}
+_POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+
+
+def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in expr.ty.shape)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _relayout(shape: tuple[int, ...], src: str, dst: str) -> tuple[int, ...]:
+    return tuple(shape[src.index(a)] for a in dst)
+
+
+def _conv_cycles(call: relax.Call, layout: str, target: NpuTarget) -> float | None:
+    """Estimated NPU cycles of a conv2d computed in ``layout`` (None: cannot be estimated)."""
+    attrs = call.attrs
+    src = str(attrs.data_layout)
+    dshape, oshape, wshape = _shape(call.args[0]), _shape(call), _shape(call.args[1])
+    if src not in _TO or None in (dshape, oshape, wshape) or str(attrs.out_layout or src) != src:
+        return None
+    try:
+        dt = DType.from_str(str(call.ty.dtype))
+    except ValueError:
+        return None
+    klay = str(attrs.kernel_layout)
+    w = tuple(wshape[klay.index(a)] for a in "OIHW")
+    pad = [int(p) for p in attrs.padding]
+    spec = Conv2dSpec(
+        "conv2d",
+        TensorRef("y", _relayout(oshape, src, layout), dt, layout),
+        data=TensorRef("x", _relayout(dshape, src, layout), dt, layout),
+        weight=TensorRef("w", w, dt, "OIHW"),
+        strides=tuple(int(s) for s in attrs.strides),
+        dilation=tuple(int(d) for d in attrs.dilation),
+        padding=(pad[0], pad[1], pad[2], pad[3]) if len(pad) == 4 else (pad[0], pad[1], pad[0], pad[1]),
+        groups=int(attrs.groups),
+    )
+    try:
+        tile = planner.choose(spec, target.hw, target.options)
+    except ValueError:
+        return None
+    return planner.estimate(spec, tile, target.hw).cycles
+
+
+def preferred_layout(mod: tvm.IRModule, target: NpuTarget) -> str | None:
+    """The layout the model's convolutions prefer, weighted by cycles (None: keep the model's)."""
+    votes: dict[str, float] = {"NCHW": 0.0, "NHWC": 0.0}
+    current: set[str] = set()
+    for _, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+
+        def visit(e: relax.Expr) -> None:
+            if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d":
+                src = str(e.attrs.data_layout)
+                costs = {lay: _conv_cycles(e, lay, target) for lay in votes}
+                if src in votes and None not in costs.values():
+                    current.add(src)
+                    best = min(costs, key=costs.get)
+                    votes[best] += costs[_TO[best]] - costs[best]  # cycles saved by the preference
+
+        relax.analysis.post_order_visit(func.body, visit)
+    if len(current) != 1:
+        return None
+    (src,) = current
+    other = _TO[src]
+    return other if votes[other] > votes[src] else None
+
+
+def _fold_transforms(func: relax.Function) -> relax.Function:
+    """Absorb NCHW<->NHWC ``permute_dims`` next to conv2d / pooling into their layout attributes
+    (and turn a permutation that moves only unit dims into a reshape)."""
+    x = wildcard()
+    perm = is_op("relax.permute_dims")(x)
+    conv_in = is_op("relax.nn.conv2d")(perm, wildcard())
+
+    def into_input(orig: relax.Call, m: dict) -> relax.Expr:
+        attrs, axes = orig.attrs, [int(a) for a in m[perm].attrs.axes or []]
+        dst = str(attrs.data_layout)
+        src = _TO.get(dst)
+        if src is None or _PERM.get((src, dst)) != axes or int(attrs.groups) != 1:
+            return orig
+        return relax.op.nn.conv2d(m[x], orig.args[1], strides=attrs.strides, padding=attrs.padding,
+                                  dilation=attrs.dilation, groups=int(attrs.groups), data_layout=src,
+                                  kernel_layout=str(attrs.kernel_layout), out_layout=str(attrs.out_layout or dst),
+                                  out_dtype=str(attrs.out_dtype) if attrs.out_dtype else None)
+
+    func = rewrite_call(conv_in, into_input, func)
+    # a permutation that only moves unit dims keeps the element order: it is a reshape
+    any_perm = is_op("relax.permute_dims")(wildcard())
+
+    def unit_moves(orig: relax.Call, _m: dict) -> relax.Expr:
+        shape = _shape(orig.args[0])
+        axes = [int(a) for a in orig.attrs.axes or []]
+        if shape is None or not axes:
+            return orig
+        moved = [a for a in axes if shape[a] != 1]
+        return relax.op.reshape(orig.args[0], _shape(orig)) if moved == sorted(moved) else orig
+
+    func = rewrite_call(any_perm, unit_moves, func)
+    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+    conv_out = is_op("relax.permute_dims")(conv)
+
+    def into_output(orig: relax.Call, m: dict) -> relax.Expr:
+        c = m[conv]
+        attrs, axes = c.attrs, [int(a) for a in orig.attrs.axes or []]
+        src = str(attrs.out_layout or attrs.data_layout)
+        dst = _TO.get(src)
+        if dst is None or _PERM.get((src, dst)) != axes or int(attrs.groups) != 1:
+            return orig
+        return relax.op.nn.conv2d(c.args[0], c.args[1], strides=attrs.strides, padding=attrs.padding,
+                                  dilation=attrs.dilation, groups=int(attrs.groups),
+                                  data_layout=str(attrs.data_layout), kernel_layout=str(attrs.kernel_layout),
+                                  out_layout=dst, out_dtype=str(attrs.out_dtype) if attrs.out_dtype else None)
+
+    func = rewrite_call(conv_out, into_output, func)
+    for name in _POOLS:
+        pool = is_op(name)(wildcard())
+        pool_out = is_op("relax.permute_dims")(pool)
+
+        def pool_output(orig: relax.Call, m: dict, pool: object = pool) -> relax.Expr:
+            p = m[pool]
+            src = str(p.attrs.out_layout or p.attrs.layout)
+            dst = _TO.get(src)
+            if dst is None or _PERM.get((src, dst)) != [int(a) for a in orig.attrs.axes or []]:
+                return orig
+            return _rebuild_pool(p, out_layout=dst)
+
+        func = rewrite_call(pool_out, pool_output, func)
+    return func
+
+
+def _rebuild_pool(p: relax.Call, out_layout: str) -> relax.Call:
+    a = p.attrs
+    name = p.op.name
+    if name == "relax.nn.adaptive_avg_pool2d":
+        return relax.op.nn.adaptive_avg_pool2d(p.args[0], a.output_size, layout=str(a.layout), out_layout=out_layout)
+    fn = relax.op.nn.max_pool2d if name == "relax.nn.max_pool2d" else relax.op.nn.avg_pool2d
+    extra = {} if name == "relax.nn.max_pool2d" else {"count_include_pad": bool(a.count_include_pad)}
+    return fn(p.args[0], a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode), layout=str(a.layout),
+              out_layout=out_layout, **extra)
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldLayoutTransforms")
+def fold_layout_transforms(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = _fold_transforms(func)
+    return mod
+
+
+def _unfold(func: relax.Function) -> relax.Function:
+    """conv2d / pooling that change layout, left on the host: compute, then transpose."""
+    conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+
+    def conv_back(orig: relax.Call, _m: dict) -> relax.Expr:
+        a = orig.attrs
+        src, dst = str(a.data_layout), str(a.out_layout or a.data_layout)
+        if src == dst or (src, dst) not in _PERM:
+            return orig
+        same = relax.op.nn.conv2d(orig.args[0], orig.args[1], strides=a.strides, padding=a.padding,
+                                  dilation=a.dilation, groups=int(a.groups), data_layout=src,
+                                  kernel_layout=str(a.kernel_layout), out_layout=src,
+                                  out_dtype=str(a.out_dtype) if a.out_dtype else None)
+        return relax.op.permute_dims(same, _PERM[(src, dst)])
+
+    func = rewrite_call(conv, conv_back, func)
+    for name in _POOLS:
+        pool = is_op(name)(wildcard())
+
+        def pool_back(orig: relax.Call, _m: dict) -> relax.Expr:
+            src, dst = str(orig.attrs.layout), str(orig.attrs.out_layout or orig.attrs.layout)
+            if src == dst or (src, dst) not in _PERM:
+                return orig
+            return relax.op.permute_dims(_rebuild_pool(orig, out_layout=src), _PERM[(src, dst)])
+
+        func = rewrite_call(pool, pool_back, func)
+    return func
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_npu.UnfoldHostLayoutTransforms")
+def unfold_host_layouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """Undo a folded transform on operators the partitioner left on the host: TVM's llvm
+    lowering of conv2d / pooling needs the output in the input's layout."""
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
+            mod[gv] = _unfold(func)
+    return mod
+
 
 def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
-    """Rewrite activation layouts according to ``-layout-pref``."""
+    """Rewrite activation layouts by ``-layout-pref`` (or the cost model's vote for ``auto``)."""
     pref = target.options.layout_pref
-    if pref == Layout.AUTO:
+    layout = preferred_layout(mod, target) if pref == Layout.AUTO else pref.value
+    if layout is None:
         return mod
-    layout = pref.value
-    # pooling and elementwise ops follow their producer's layout (ConvertLayout takes no
-    # desired layout for them)
+    # pooling and elementwise ops follow their producer (ConvertLayout takes no desired layout for them)
     desired = {"relax.nn.conv2d": [layout, "OIHW"]}
     with tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.ConvertLayout(desired)(mod)
+        mod = fold_layout_transforms(mod)
         return relax.transform.FoldConstant()(mod)
+

@@ -184,7 +184,7 @@ def reference(spec: OpSpec, env: Mapping[str, np.ndarray]) -> np.ndarray:
     """What ``spec`` computes, in float64, from the arrays in ``env`` (by DRAM name)."""
     if isinstance(spec, Conv2dSpec):
         lay = spec.layout
-        x = _to_nchw(env[spec.data.name].astype(np.float64), lay)
+        x = _to_nchw(env[spec.data.name].astype(np.float64), spec.data.layout)
         w = env[spec.weight.name].astype(np.float64)
         n, c = x.shape[:2]
         o, g = w.shape[0], spec.groups
@@ -210,7 +210,7 @@ def reference(spec: OpSpec, env: Mapping[str, np.ndarray]) -> np.ndarray:
         return apply_epilogue(spec, a @ b, env, len(spec.out.shape) - 1)
     if isinstance(spec, PoolSpec):
         lay = spec.layout
-        x = _to_nchw(env[spec.data.name].astype(np.float64), lay)
+        x = _to_nchw(env[spec.data.name].astype(np.float64), spec.data.layout)
         kh, kw = spec.kernel
         (sh, sw), (pt, pl, pb, pr) = spec.strides, spec.padding
         oh, ow = spec.out.dim("H"), spec.out.dim("W")

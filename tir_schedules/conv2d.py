@@ -69,12 +69,17 @@ def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tenso
     if not grouped:
         data = placeholder(spec.data)
         weight = placeholder(spec.weight)
+        def read(b, cc, hh, ww):  # the input DMA reads the data in its own DRAM layout
+            if spec.data.layout == "NCHW":
+                return data[b, cc, hh - pt, ww - pl]
+            return data[b, hh - pt, ww - pl, cc]
+
         if nchw:
             pad = te.compute((n, cp, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(
-                valid(hh, ww, cc), data[b, cc, hh - pt, ww - pl], zero), name="pad")
+                valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
         else:
             pad = te.compute((n, hp, wp, cp), lambda b, hh, ww, cc: tirx.if_then_else(
-                valid(hh, ww, cc), data[b, hh - pt, ww - pl, cc], zero), name="pad")
+                valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
         rc = te.reduce_axis((0, cg), name="rc")
         ry = te.reduce_axis((0, kh), name="ry")
         rx = te.reduce_axis((0, kw), name="rx")

@@ -116,7 +116,8 @@ class Conv2dSpec(_OpBase):
 
     @property
     def layout(self) -> str:
-        return self.data.layout
+        """The layout the NPU computes in (the output's; the input DMA reads ``data.layout``)."""
+        return self.out.layout
 
     @property
     def in_channels(self) -> int:
@@ -184,7 +185,8 @@ class PoolSpec(_OpBase):
 
     @property
     def layout(self) -> str:
-        return self.data.layout
+        """The layout the NPU computes in (the output's; the input DMA reads ``data.layout``)."""
+        return self.out.layout
 
     macs = 0
 

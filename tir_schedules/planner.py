@@ -34,7 +34,17 @@ from tvm_npu.simulator import timing
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, DType, HardwareConfig
 
 from .dma import copy_plan, pad3, split_outer
-from .ops import Broadcast, Conv2dSpec, ElementwiseSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec, spec_key
+from .ops import (
+    Broadcast,
+    Conv2dSpec,
+    ElementwiseSpec,
+    EpiKind,
+    MatmulSpec,
+    OpSpec,
+    PoolSpec,
+    TensorRef,
+    spec_key,
+)
 from .params import ConvTile, EltwiseTile, MatmulTile, Order, PoolTile, TileParams
 
 TRANSCENDENTAL = {EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU}
@@ -88,7 +98,7 @@ class _Copy:
 
 @functools.lru_cache(maxsize=1 << 18)
 def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo: Sequence[int],
-              ext: Sequence[int], sram_shape: Sequence[int] | None = None) -> _Copy:
+              ext: Sequence[int], sram_strides: Sequence[int] | None = None) -> _Copy:
     """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor."""
     lo2, ext2 = [], []
     for a, e, n in zip(lo, ext, tensor_shape, strict=True):  # clamp to the tensor, as the codegen does
@@ -101,21 +111,33 @@ def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo:
     offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
     # bursts depend on the start address only modulo the burst size: cache on that residue
     residue = offset * dtype.itemsize % hw.dram_burst_bytes
-    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_shape or ext), residue)
+    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or _row_major(ext)), residue)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
-               sram_shape: tuple[int, ...], residue: int) -> _Copy:
+               sram_strides: tuple[int, ...], residue: int) -> _Copy:
     isz = dtype.itemsize
     res = _Copy()
-    for (od, _), inner in split_outer(copy_plan(ext, _row_major(tensor_shape), _row_major(sram_shape))):
+    for (od, _), inner in split_outer(copy_plan(ext, _row_major(tensor_shape), sram_strides)):
         shape, strides = pad3(inner, 0)
         start = (residue + od * isz) % hw.dram_burst_bytes
         bursts = timing.dram_bursts(hw, shape, strides, start // isz, isz)
         xfer = _ceil(bursts * hw.dram_burst_bytes, hw.dram_bytes_per_cycle)
         res = res + _Copy(hw.dma_latency + xfer, xfer, bursts * hw.dram_burst_bytes, math.prod(shape) * isz)
     return res
+
+
+def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequence[int], ext_nchw: Sequence[int],
+                tile_layout: str) -> _Copy:
+    """Cost of loading an input window (given in NCHW order) from ``data`` in its own layout
+    into an SRAM tile laid out in ``tile_layout`` (the DMA transposes through strides)."""
+    src = data.layout
+    perm = [ "NCHW".index(a) for a in src]
+    ext_tile = [ext_nchw["NCHW".index(a)] for a in tile_layout]
+    tile_strides = dict(zip(tile_layout, _row_major(ext_tile), strict=True))
+    return copy_cost(hw, dtype, data.shape, tuple(lo_nchw[i] for i in perm), tuple(ext_nchw[i] for i in perm),
+                     tuple(tile_strides[a] for a in src))
 
 
 @dataclass(frozen=True)
@@ -289,9 +311,7 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff:
         cl = gt[0] * cg + ct[0]
         ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
         r0, c0 = y[0] * sh - pt, x[0] * sw - pl
-        if nchw:
-            return copy_cost(hw, dt, dshape, (b, cl, r0, c0), (1, ce, rows, cols), (1, ce, rows, cols))
-        return copy_cost(hw, dt, dshape, (b, r0, c0, cl), (1, rows, cols, ce), (1, rows, cols, ce))
+        return window_cost(hw, dt, spec.data, (b, cl, r0, c0), (1, ce, rows, cols), spec.layout)
 
     def weight_box(gt, ot, ct):
         o0 = gt[0] * og + ot[0]
@@ -544,11 +564,10 @@ def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig, cutoff: f
         for ci, ct in enumerate(_axis_tiles(c, tile.tc)):
             for si, (y, x) in enumerate(spatial):
                 r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+                load = window_cost(hw, dt, spec.data, (b, ct[0], r0, c0), (1, ct[1], rows, cols), spec.layout)
                 if nchw:
-                    load = copy_cost(hw, dt, spec.data.shape, (b, ct[0], r0, c0), (1, ct[1], rows, cols))
                     store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
                 else:
-                    load = copy_cost(hw, dt, spec.data.shape, (b, r0, c0, ct[0]), (1, rows, cols, ct[1]))
                     store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
                 nout = ct[1] * y[1] * x[1]
                 vec = timing.vector_cycles(hw, nout, kh * kw) + _vector(hw, spec, nout)

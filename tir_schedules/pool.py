@@ -31,12 +31,17 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     def valid(hh, ww):
         return tirx.all(hh >= pt, hh < h + pt, ww >= pl, ww < w + pl)
 
+    def read(b, cc, hh, ww):  # the input DMA reads the data in its own DRAM layout
+        if spec.data.layout == "NCHW":
+            return data[b, cc, hh - pt, ww - pl]
+        return data[b, hh - pt, ww - pl, cc]
+
     if nchw:
         pad = te.compute((n, c, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(
-            valid(hh, ww), data[b, cc, hh - pt, ww - pl], fill), name="pad")
+            valid(hh, ww), read(b, cc, hh, ww), fill), name="pad")
     else:
         pad = te.compute((n, hp, wp, c), lambda b, hh, ww, cc: tirx.if_then_else(
-            valid(hh, ww), data[b, hh - pt, ww - pl, cc], fill), name="pad")
+            valid(hh, ww), read(b, cc, hh, ww), fill), name="pad")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     name = "acc" if spec.epilogue else spec.out.name
@@ -55,7 +60,7 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     chan = 1 if nchw else 3
     stages, operands = epilogue_stages(spec, acc, lambda idx: idx[chan])
     final = stages[-1] if stages else acc
-    return [data, *operands.values()], final, {"data": spec.layout, "out": spec.layout}
+    return [data, *operands.values()], final, {"data": spec.layout, "out": spec.layout}  # SRAM tiles
 
 
 def schedule(spec: PoolSpec, tile: PoolTile) -> Scheduled:

@@ -4,7 +4,8 @@
     bind        user parameters -> constants (relax.transform.BindParams)
     canonicalize  constant folding, batch-norm folding, ONNX Sum -> add
     layout      activation layout planning (relay_patterns.layout)
-    partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions
+    partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions; host operators
+                that kept a folded layout transform get it back as a transpose
     codegen     RunCodegen: relax.ext.npu compiles each partition into an ``npu`` module
     host        relax.build of what remains, for llvm
 
@@ -29,10 +30,10 @@ import tvm
 from tvm import relax
 
 import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
+from tvm_npu.codegen.partition import partition_specs
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
-from tvm_npu.codegen.partition import partition_specs
-from tvm_npu.relay_patterns.layout import plan_layouts
+from tvm_npu.relay_patterns.layout import plan_layouts, unfold_host_layouts
 from tvm_npu.tir_schedules.params import TileParams, tile_to_json
 
 Model = tvm.IRModule | onnx.ModelProto | str | os.PathLike
@@ -104,6 +105,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
         Stage("partition", _seq([
             relax.transform.FuseOpsByPattern(pattern_table(target), bind_constants=True, annotate_codegen=False),
             relax.transform.MergeCompositeFunctions(),
+            unfold_host_layouts,
         ])),
         Stage("codegen", codegen),
     ]

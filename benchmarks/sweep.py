@@ -1,0 +1,118 @@
+"""Latency and DRAM traffic of one model against the SRAM size and the pipeline depth.
+
+Usage: ``python benchmarks/sweep.py [--model NAME_OR_PATH] [--quick] [--out DIR]``.
+
+For ``-max-sram-bytes`` from 64 KiB to 8 MiB (powers of two) and ``-pipeline-stages``
+1..3, builds the model (default ``light_squeezenet``), runs it once in timing-only mode
+with a timeline, and records simulated cycles and DRAM bytes next to the in-process
+baseline, the roofline bound (cycles) and the compulsory traffic (every layer's inputs,
+weights and outputs once). ``--quick``: 64 KiB, 512 KiB and 8 MiB with 1 and 3 stages.
+Writes ``sweep.json`` and ``sweep.png`` (``--quick``: ``sweep_quick.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from tqdm import tqdm
+
+from tvm_npu.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
+
+RESULTS = Path(__file__).parent / "results"
+KIB = 1024
+FULL = ([64 * KIB << i for i in range(8)], [1, 2, 3])
+QUICK = ([64 * KIB, 512 * KIB, 8192 * KIB], [1, 3])
+
+
+def measure(model: Any, inputs: list, sram: int, stages: int) -> dict[str, Any]:
+    """One configuration: build, one timing-only traced run, the report's whole-model figures."""
+    target = f"npu -max-sram-bytes={sram} -pipeline-stages={stages}"
+    point: dict[str, Any] = {"max_sram_bytes": sram, "pipeline_stages": stages, "target": target}
+    try:
+        executable, info, build_s = build_model(model, target, progress=False)
+    except Exception as e:  # too little SRAM for some layer is a result, not a crash
+        return {**point, "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+    _, prof, sim_s = profile_model(executable, inputs, trace=True, timing_only=True)
+    rep = model_report(prof, info)
+    return {**point, "build_s": build_s, "simulator_s": sim_s, "cycles": rep.cycles,
+            "bound_cycles": rep.bound_cycles, "efficiency": rep.efficiency, "dram_bytes": rep.dram_bytes,
+            "compulsory_bytes": rep.compulsory_bytes, "dram_over_compulsory": rep.dram_bytes / rep.compulsory_bytes,
+            "wasted_bytes": sum(x.wasted_bytes for x in rep.layers),
+            "sram_high_water": max(r.stats.sram_high_water for r in prof.runs),
+            "npu_macs": rep.npu_macs, "partitions": len(prof.runs)}
+
+
+def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Cycles (left) and DRAM MiB (right) against SRAM size, one line per pipeline depth."""
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    cyc, dram = fig.subplots(1, 2)
+    ok = [p for p in points if "error" not in p]
+    for stages in sorted({p["pipeline_stages"] for p in ok}):
+        line = sorted((p for p in ok if p["pipeline_stages"] == stages), key=lambda p: p["max_sram_bytes"])
+        kib = [p["max_sram_bytes"] / KIB for p in line]
+        cyc.plot(kib, [p["cycles"] / 1e6 for p in line], "o-", label=f"{stages} pipeline stage(s)")
+        dram.plot(kib, [p["dram_bytes"] / 2**20 for p in line], "o-", label=f"{stages} pipeline stage(s)")
+    if ok:
+        bound = min(p["bound_cycles"] for p in ok)
+        compulsory = min(p["compulsory_bytes"] for p in ok)
+        cyc.axhline(bound / 1e6, color="k", ls="--", lw=1, label="roofline bound")
+        dram.axhline(compulsory / 2**20, color="k", ls="--", lw=1, label="compulsory traffic")
+    for ax, ylabel in ((cyc, "simulated cycles (millions)"), (dram, "DRAM traffic (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("-max-sram-bytes (KiB)")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.savefig(path, format="png", dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="light_squeezenet", help="bundled model name or .onnx path "
+                        "(default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="3 SRAM sizes x 2 pipeline depths")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results)")
+    args = parser.parse_args(argv)
+    name, model = resolve_model(args.model)
+    inputs = default_inputs(model)
+    srams, depths = QUICK if args.quick else FULL
+    start = time.perf_counter()
+    points = []
+    configs = [(s, d) for s in srams for d in depths]
+    for sram, stages in tqdm(configs, desc=f"sweep {name}", unit="build", file=sys.stderr, disable=None):
+        point = measure(model, inputs, sram, stages)
+        points.append(point)
+        head = f"{sram // KIB:>5} KiB, {stages} stage(s): "
+        if "error" in point:
+            tqdm.write(f"{head}build failed ({point['error']})")
+        else:
+            tqdm.write(f"{head}{point['cycles']:>10,} cycles = {point['cycles'] / point['bound_cycles']:.2f}x the "
+                       f"roofline bound; DRAM {point['dram_bytes'] / 2**20:6.2f} MiB = "
+                       f"{point['dram_over_compulsory']:.2f}x compulsory; build {point['build_s']:.1f} s")
+    total_s = time.perf_counter() - start
+    ok = [p for p in points if "error" not in p]
+    if ok:
+        best = min(ok, key=lambda p: p["cycles"])
+        print(f"fastest: {best['target']} at {best['cycles']:,} cycles ({best['efficiency']:.3f} of the bound)")
+    print(f"{len(ok)}/{len(points)} configurations built; total {total_s:.0f} s")
+
+    suffix = "_quick" if args.quick else ""
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = args.out / f"sweep{suffix}.json", args.out / f"sweep{suffix}.png"
+    json_path.write_text(json.dumps({"environment": environment(), "model": name, "total_seconds": total_s,
+                                     "points": points}, indent=1) + "\n")
+    plot(points, png_path, f"{name}: simulated cycles and DRAM traffic vs SRAM size")
+    print(f"wrote {json_path}, {png_path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The ``tvm-npu`` command line, run as a user runs it: ``python -m tvm_npu`` in a subprocess.
+
+The model is ``tiny_convnet()`` saved to a temporary ``.onnx`` file (it builds in about a
+second). Every command is checked for what it writes, and every error for a single
+line on stderr, a non-zero exit status and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_npu
+from tvm_npu.bench import to_numpy
+from tvm_npu.config import target_help
+from tvm_npu.models import backend_inputs, tiny_convnet
+
+COMMANDS = ("compile", "run", "profile", "bench")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tvm_npu", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> str:
+    """The error line of a failed command, after checking it is the only line of stderr."""
+    assert proc.returncode == 1, f"expected exit status 1, got {proc.returncode}\n{proc.stderr[-3000:]}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr:\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("tvm-npu "), lines[0]
+    assert all(w.lower() in lines[0].lower() for w in words), f"unclear error message: {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny.onnx"
+    onnx.save(tiny_convnet(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(model: Path) -> dict[str, np.ndarray]:
+    return backend_inputs(onnx.load(str(model)))
+
+
+@pytest.fixture(scope="module")
+def expected(model: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The llvm-only build's output, computed in this process."""
+    vm = relax.VirtualMachine(tvm_npu.build_reference(str(model)), tvm.cpu())
+    (out,) = to_numpy(vm["main"](*(tvm.runtime.tensor(a) for a in inputs.values())))
+    return out
+
+
+@pytest.fixture(scope="module")
+def library(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lib") / "sub" / "tiny.so"
+    stdout = ok(cli("compile", model, "-o", out))
+    assert out.is_file() and out.stat().st_size > 0
+    assert "conv2d x4" in stdout and "softmax x1" in stdout  # NPU and host operators are both listed
+    assert "100.0%" in stdout  # every MAC of tiny_convnet is on the NPU
+    return out
+
+
+# ------------------------------------------------------------------------------------ help
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_explains_every_option(command: str) -> None:
+    text = ok(cli(command, "--help"))
+    parser_options = {
+        "compile": ["--target", "--randomize-weights", "--output", "--dump-dir", "--verbose"],
+        "run": ["--inputs", "--output", "--stats", "--verbose"],
+        "profile": ["--target", "--inputs", "--trace", "--plot", "--json", "--timing-only", "--randomize-weights"],
+        "bench": ["--target", "--inputs", "--repeat", "--json", "--randomize-weights"],
+    }[command]
+    for option in parser_options:
+        assert option in text, option
+    if command != "run":  # the library carries its target
+        for key, default, meaning in target_help():
+            assert f"{meaning} (default {default})" in text and key in text, key
+
+
+def test_top_level_help_lists_the_commands() -> None:
+    text = ok(cli("--help"))
+    assert all(c in text for c in COMMANDS)
+
+
+# ---------------------------------------------------------------------------------- compile
+def test_compile_with_target_options_and_dump_dir(model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny_small.so"
+    stdout = ok(cli("compile", model, "--target", "npu -max-sram-bytes=65536 -pipeline-stages=1", "-o", out,
+                    "--dump-dir", tmp_path / "dump"))
+    assert "-max-sram-bytes=65536" in stdout and out.is_file()
+    dumped = {p.name for p in (tmp_path / "dump").iterdir()}
+    assert "05_codegen.relax.txt" in dumped, sorted(dumped)
+
+
+# -------------------------------------------------------------------------------------- run
+@pytest.mark.parametrize("positional", [False, True])
+def test_run_matches_llvm(library: Path, inputs: dict[str, np.ndarray], expected: np.ndarray, tmp_path: Path,
+                          positional: bool) -> None:
+    npz = tmp_path / "x.npz"
+    if positional:
+        np.savez(npz, *inputs.values())
+    else:
+        np.savez(npz, **inputs)
+    out = tmp_path / "out.npz"
+    stdout = ok(cli("run", library, "--inputs", npz, "-o", out, "--stats"))
+    with np.load(out) as result:
+        np.testing.assert_allclose(result["output_0"], expected, rtol=1e-4, atol=1e-5)
+    assert "output_0: float32 (1, 10)" in stdout
+    assert "2 NPU partition runs" in stdout
+    assert stdout.count("_npu ") + stdout.count("... ") >= 2, stdout  # one --stats row per partition run
+
+
+def test_run_with_wrong_inputs_fails_cleanly(library: Path, tmp_path: Path) -> None:
+    npz = tmp_path / "bad.npz"
+    np.savez(npz, nonsense=np.zeros(3, np.float32))
+    one_line_error(cli("run", library, "--inputs", npz), "input")
+
+
+# ---------------------------------------------------------------------------------- profile
+def test_profile_writes_report_trace_and_plot(model: Path, tmp_path: Path) -> None:
+    report, trace, plot = tmp_path / "r.json", tmp_path / "t.json", tmp_path / "roof.png"
+    stdout = ok(cli("profile", model, "--json", report, "--trace", trace, "--plot", plot))
+    assert "conv2d_0" in stdout and "efficiency" in stdout
+
+    data = json.loads(report.read_text())
+    assert {"cycles", "bound_cycles", "efficiency", "dram_bytes", "npu_macs", "host_macs"} <= set(data["model"])
+    assert data["layers"], "no NPU layers reported"
+    keys = {"name", "op", "macs", "dram_bytes", "sram_peak_bytes", "cycles", "bound_cycles", "efficiency", "bound_by"}
+    for layer in data["layers"]:
+        assert keys <= set(layer), keys - set(layer)
+        assert layer["cycles"] >= layer["bound_cycles"] > 0, layer  # nothing beats the datasheet's bound
+    model_ = data["model"]
+    assert 0 < model_["efficiency"] <= 1
+    assert model_["npu_macs"] == sum(x["macs"] for x in data["layers"]) > 0
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    processes = [e for e in events if e["name"] == "process_name"]
+    assert len(processes) == 2  # tiny_convnet has two NPU partitions, run once each
+    assert {e["pid"] for e in events} == {0, 1}
+    spans = [e for e in events if e.get("ph") == "X"]
+    assert spans and all(e["dur"] > 0 for e in spans)
+    end_us = max(e["ts"] + e.get("dur", 0) for e in events if "ts" in e)
+    assert end_us == pytest.approx(model_["cycles"] / 1000, rel=1e-3)  # the runs follow each other at 1000 MHz
+
+    head = plot.read_bytes()
+    assert head.startswith(PNG_MAGIC)
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert width >= 400 and height >= 300
+
+
+def test_profile_with_inputs_and_timing_only(model: Path, inputs: dict[str, np.ndarray], tmp_path: Path) -> None:
+    npz = tmp_path / "x.npz"
+    np.savez(npz, **inputs)
+    ok(cli("profile", model, "--inputs", npz, "--json", tmp_path / "full.json"))
+    ok(cli("profile", model, "--timing-only", "--json", tmp_path / "fast.json"))
+    full, fast = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("full", "fast"))
+    assert fast["model"]["cycles"] == full["model"]["cycles"]  # timing-only mode times exactly the same
+
+
+# ------------------------------------------------------------------------------------ bench
+def test_bench_compares_with_llvm(model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    stdout = ok(cli("bench", model, "--repeat", "2", "--json", out))
+    for word in ("build", "latency", "speed", "error", "MACs on NPU", "simulator", "roofline"):
+        assert word in stdout, word
+    data = json.loads(out.read_text())
+    assert data["max_abs_error"] < 1e-4
+    assert data["npu_mac_share"] == 1.0 and data["repeat"] == 2
+    assert data["npu_latency_s"] == pytest.approx(data["npu_cycles"] / 1e9)
+    assert data["speedup"] == pytest.approx(data["llvm_latency_s"] / data["npu_latency_s"])
+    assert 0 < data["efficiency"] <= 1
+
+
+# ----------------------------------------------------------------------------------- errors
+def test_bad_model_path(tmp_path: Path) -> None:
+    one_line_error(cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so"), "does not exist")
+
+
+def test_not_an_onnx_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\xffnot a model" * 10)
+    one_line_error(cli("profile", bad), "not an onnx model")
+
+
+@pytest.mark.parametrize("target", ["npu -bogus=1", "npu -max-sram-bytes=12", "gpu", "npu max-sram-bytes"])
+def test_bad_target(model: Path, tmp_path: Path, target: str) -> None:
+    one_line_error(cli("compile", model, "--target", target, "-o", tmp_path / "x.so"), "--target")
+    assert not (tmp_path / "x.so").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage"])
+def test_corrupted_library(library: Path, inputs: dict[str, np.ndarray], tmp_path: Path, damage: str) -> None:
+    data = library.read_bytes()
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "flipped":  # inside the checksummed NPU module
+        at = data.index(b"NPUA") + 100
+        data = data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+    else:
+        data = b"this is not a shared library\n" * 100
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(data)
+    npz = tmp_path / "x.npz"
+    np.savez(npz, **inputs)
+    line = one_line_error(cli("run", bad, "--inputs", npz))
+    assert any(w in line.lower() for w in ("truncated", "corrupt", "invalid elf")), line
+
+
+def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
+    proc = cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so", "--verbose")
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("tvm-npu compile: error")
+
+
+def test_bad_repeat_is_an_error(model: Path) -> None:
+    one_line_error(cli("bench", model, "--repeat", "0"), "repeat")

@@ -1,0 +1,7 @@
+"""``python -m tvm_npu``: the same as the ``tvm-npu`` console script."""
+
+import sys
+
+from tvm_npu.cli import main
+
+sys.exit(main())

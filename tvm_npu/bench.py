@@ -1,0 +1,367 @@
+"""Measurement helpers shared by the ``tvm-npu`` CLI and the scripts in ``benchmarks/``.
+
+One implementation of each figure, so ``tvm-npu bench`` and ``benchmarks/compare_llvm.py``
+cannot disagree: model lookup (a ``.onnx`` path or a bundled name), model inputs, a
+build with a progress line, NPU and llvm runs, the NPU-vs-llvm comparison
+(:func:`bench`), the whole-model Perfetto trace and the roofline plot.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import tvm
+from matplotlib.figure import Figure
+from tqdm import tqdm
+from tvm import relax
+
+from tvm_npu.analysis import ModelReport, report
+from tvm_npu.config import DType, parse_target
+from tvm_npu.driver import BuildInfo, build_reference, build_with_info
+from tvm_npu.models import LIGHT_MODELS, backend_inputs, light_model_path, tiny_convnet
+from tvm_npu.runtime import Profile, profile
+from tvm_npu.simulator import RunResult
+
+Model = onnx.ModelProto | tvm.IRModule
+
+
+# ------------------------------------------------------------------------------ models
+def _light(name: str) -> onnx.ModelProto:
+    return onnx.load(str(light_model_path(name)))
+
+
+#: Models known by name (``tvm-npu bench light_resnet50``): the README's model and onnx's light models.
+BUNDLED: dict[str, Callable[[], onnx.ModelProto]] = {
+    "tiny_convnet": tiny_convnet,
+    **{f"light_{name}": partial(_light, name) for name in LIGHT_MODELS},
+}
+
+
+def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
+    """``(display name, model)`` for a path to a ``.onnx`` file or a name in :data:`BUNDLED`.
+
+    A path that exists wins over a bundled name, so a local file is never shadowed.
+    """
+    path = Path(spec)
+    if path.is_file():
+        try:
+            return path.stem, onnx.load(str(path))
+        except Exception as e:  # protobuf raises DecodeError and friends for non-model files
+            raise ValueError(f"{spec!r} is not an ONNX model ({type(e).__name__})") from None
+    if spec in BUNDLED:
+        return spec, BUNDLED[spec]()
+    raise FileNotFoundError(f"model file {spec!r} does not exist (bundled models: {', '.join(BUNDLED)})")
+
+
+def input_names(model: Model) -> list[str]:
+    """Names of the model's run-time inputs, in the order ``main`` takes them."""
+    if isinstance(model, onnx.ModelProto):
+        inits = {i.name for i in model.graph.initializer}
+        return [i.name for i in model.graph.input if i.name not in inits]
+    return [p.name_hint for p in model["main"].params]
+
+
+def default_inputs(model: Model, seed: int = 0) -> list[np.ndarray]:
+    """ONNX models: the ONNX backend-test inputs; Relax modules: seeded standard-normal arrays."""
+    if isinstance(model, onnx.ModelProto):
+        return list(backend_inputs(model).values())
+    rng = np.random.default_rng(seed)
+    params = model["main"].params
+    return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(str(p.ty.dtype)) for p in params]
+
+
+def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
+    """Arrays of an ``.npz`` file in the order of ``names``.
+
+    Arrays are matched by name, or by position when the file was written with
+    ``np.savez(path, *arrays)`` (keys ``arr_0``, ``arr_1``, ...). Pickled objects are refused.
+    """
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    positional = [f"arr_{i}" for i in range(len(names))]
+    if set(arrays) == set(names):
+        return [arrays[n] for n in names]
+    if set(arrays) == set(positional):
+        return [arrays[k] for k in positional]
+    raise ValueError(f"{path} holds arrays {sorted(arrays)}; the model takes {len(names)} input(s) "
+                     f"{list(names)}: name the arrays so, or save exactly {len(names)} positionally "
+                     f"(np.savez(path, *arrays))")
+
+
+# --------------------------------------------------------------------------- progress
+def _show(progress: bool | None) -> bool:
+    """Whether to draw progress bars: as asked, or (``None``) only when stderr is a terminal."""
+    return sys.stderr.isatty() if progress is None else progress
+
+
+@contextmanager
+def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
+    """A stderr line counting the seconds of a step that reports no progress itself (a build).
+
+    Shown only after two seconds and only on a terminal (``progress=None``), so quick
+    steps and redirected output stay clean.
+    """
+    bar = tqdm(desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, delay=2, disable=not _show(progress))
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.5):
+            bar.update(0)  # redraws the elapsed time, honouring the delay
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+        bar.close()
+
+
+# ----------------------------------------------------------------------- build and run
+def build_model(model: Model, target: str, *, dump_dir: str | Path | None = None,
+                progress: bool | None = None, desc: str = "building for the NPU"
+                ) -> tuple[relax.VMExecutable, BuildInfo, float]:
+    """``build_with_info`` with a progress line; also returns the wall time in seconds."""
+    start = time.perf_counter()
+    with elapsed_bar(desc, progress):
+        executable, info = build_with_info(model, target, dump_dir=dump_dir)
+    return executable, info, time.perf_counter() - start
+
+
+def to_numpy(value: Any) -> list[np.ndarray]:
+    """The outputs of a VM call (a tensor or a nested tuple of tensors), flattened."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in to_numpy(v)]
+
+
+def run_main(vm: relax.VirtualMachine, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run ``main`` once and return its outputs as numpy arrays."""
+    return to_numpy(vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)))
+
+
+def profile_model(executable: relax.VMExecutable | tvm.runtime.Module, inputs: Sequence[np.ndarray], *,
+                  trace: bool = False, timing_only: bool = False) -> tuple[list[np.ndarray], Profile, float]:
+    """Run ``main`` once under :func:`tvm_npu.profile`: (outputs, profile, wall seconds).
+
+    With ``timing_only`` the NPU skips its numerics, so the outputs are meaningless.
+    """
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs]
+    with profile(trace=trace, timing_only=timing_only) as prof:
+        start = time.perf_counter()
+        out = vm["main"](*tensors)
+        seconds = time.perf_counter() - start
+    return to_numpy(out), prof, seconds
+
+
+def median_latency(executable: relax.VMExecutable, inputs: Sequence[np.ndarray], repeat: int,
+                   progress: bool | None = None) -> tuple[list[np.ndarray], float]:
+    """(outputs, median wall seconds of ``repeat`` calls after one warm-up call)."""
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs]
+    outputs = to_numpy(vm["main"](*tensors))
+    times = []
+    for _ in tqdm(range(repeat), desc="llvm runs", unit="run", file=sys.stderr, delay=2, disable=not _show(progress)):
+        start = time.perf_counter()
+        vm["main"](*tensors)
+        times.append(time.perf_counter() - start)
+    return outputs, statistics.median(times)
+
+
+# ------------------------------------------------------------------------------- bench
+def environment() -> dict[str, Any]:
+    """Where a benchmark ran, stored beside its figures (wall times depend on it)."""
+    return {"python": platform.python_version(), "numpy": np.__version__, "tvm": tvm.__version__,
+            "machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count()}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One model on the NPU (simulated) against the same model on llvm, in one process."""
+
+    model: str
+    target: str
+    npu_build_s: float
+    llvm_build_s: float
+    llvm_latency_s: float  # median of `repeat` runs on this machine's CPU
+    repeat: int
+    npu_cycles: int  # all NPU partition runs of one inference
+    npu_latency_s: float  # npu_cycles at the configured clock (host operators not included)
+    speedup: float | None  # llvm latency / simulated NPU latency (None: nothing ran on the NPU)
+    max_abs_error: float  # between the NPU build's outputs and llvm's
+    npu_macs: int
+    host_macs: int
+    npu_mac_share: float
+    host_ops: int
+    partitions: int
+    simulator_wall_s: float  # one functional NPU inference, program already loaded
+    bound_cycles: float
+    efficiency: float  # roofline bound / simulated cycles, whole model
+    geomean_efficiency: float  # conv2d and matmul layers
+    dram_bytes: int
+    stage_seconds: dict[str, float]
+
+    @property
+    def simulator_over_llvm(self) -> float:
+        """How many llvm inferences fit in the wall time of one simulated inference."""
+        return self.simulator_wall_s / self.llvm_latency_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "simulator_over_llvm": self.simulator_over_llvm}
+
+    def lines(self) -> list[str]:
+        """The human-readable summary printed by ``tvm-npu bench``."""
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in self.stage_seconds.items() if v >= 0.05)
+        speed = (f"NPU is {self.speedup:.2f}x {'faster' if self.speedup >= 1 else 'slower'} than llvm"
+                 if self.speedup is not None else "nothing ran on the NPU")
+        return [
+            f"model        {self.model}   target: {self.target}",
+            f"build        NPU {self.npu_build_s:.1f} s ({stages}); llvm {self.llvm_build_s:.1f} s",
+            f"latency      llvm {self.llvm_latency_s * 1e3:.3f} ms (median of {self.repeat}); NPU "
+            f"{self.npu_latency_s * 1e3:.3f} ms simulated ({self.npu_cycles:,} cycles, {self.partitions} partitions)",
+            f"speed        {speed}",
+            f"error        max |NPU - llvm| = {self.max_abs_error:.3g}",
+            f"MACs on NPU  {self.npu_mac_share:.1%} ({self.npu_macs / 1e9:.3f} G NPU, "
+            f"{self.host_macs / 1e9:.3f} G host; {self.host_ops} host operator calls)",
+            f"simulator    {self.simulator_wall_s:.2f} s wall per inference "
+            f"({self.simulator_over_llvm:.3g}x the llvm latency)",
+            f"roofline     efficiency {self.efficiency:.3f} (bound {self.bound_cycles:,.0f} cycles); "
+            f"geomean conv/matmul {self.geomean_efficiency:.3f}; DRAM {self.dram_bytes / 2**20:.1f} MiB",
+        ]
+
+
+def max_abs_error(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    """Largest absolute difference over all outputs (inf if the outputs do not line up)."""
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
+        return float("inf")
+    return max((float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b, strict=True) if x.size),
+               default=0.0)
+
+
+def bench(name: str, model: Model, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
+          progress: bool | None = None) -> BenchResult:
+    """Build ``model`` for the NPU and for llvm, run both on ``inputs`` and compare them.
+
+    The NPU figures come from a timing-only traced run (the per-layer roofline report)
+    and one functional run (outputs and the simulator's wall time; the first run
+    already loaded the programs, so program decoding is not counted).
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, not {repeat}")
+    npu = parse_target(target)
+    executable, info, npu_build_s = build_model(model, str(npu), progress=progress, desc=f"{name}: NPU build")
+    start = time.perf_counter()
+    with elapsed_bar(f"{name}: llvm build", progress):
+        reference = build_reference(model)
+    llvm_build_s = time.perf_counter() - start
+    expected, llvm_s = median_latency(reference, inputs, repeat, progress)
+    _, timed, _ = profile_model(executable, inputs, trace=True, timing_only=True)
+    rep = model_report(timed, info)
+    with elapsed_bar(f"{name}: simulating", progress):
+        outputs, functional, sim_s = profile_model(executable, inputs)
+    cycles = functional.total_cycles
+    npu_s = npu.hw.cycles_to_seconds(cycles)
+    total_macs = info.npu_macs + info.host_macs
+    return BenchResult(
+        model=name, target=str(npu), npu_build_s=npu_build_s, llvm_build_s=llvm_build_s, llvm_latency_s=llvm_s,
+        repeat=repeat, npu_cycles=cycles, npu_latency_s=npu_s, speedup=llvm_s / npu_s if cycles else None,
+        max_abs_error=max_abs_error(outputs, expected), npu_macs=info.npu_macs, host_macs=info.host_macs,
+        npu_mac_share=info.npu_macs / total_macs if total_macs else 0.0, host_ops=sum(info.host_ops.values()),
+        partitions=info.partitions, simulator_wall_s=sim_s, bound_cycles=rep.bound_cycles,
+        efficiency=rep.efficiency, geomean_efficiency=rep.geomean_efficiency(), dram_bytes=rep.dram_bytes,
+        stage_seconds=dict(info.stage_seconds),
+    )
+
+
+def model_report(prof: Profile, info: BuildInfo) -> ModelReport:
+    """The per-layer report of a traced run, with the host figures of its build."""
+    return report(prof, info.host_macs, info.layout_transforms)
+
+
+# ------------------------------------------------------------------- trace and roofline
+def chrome_trace(prof: Profile) -> dict[str, Any]:
+    """The whole model's timeline as Chrome-trace JSON for ui.perfetto.dev.
+
+    One process per partition run, each the simulator's own per-run trace
+    (:meth:`RunResult.chrome_trace`), shifted so the runs follow each other in call order.
+    """
+    events: list[dict[str, Any]] = []
+    offset_us = 0.0
+    for pid, run in enumerate(prof.runs):
+        clock_mhz = parse_target(run.artifact.target).hw.clock_mhz
+        one = RunResult({}, run.stats, run.trace, clock_mhz).chrome_trace()
+        for ev in one["traceEvents"]:
+            ev = {**ev, "pid": pid}
+            if ev["name"] == "process_name":
+                ev["args"] = {"name": f"{pid}: {run.symbol}"}
+            if "ts" in ev:
+                ev["ts"] += offset_us
+            events.append(ev)
+        offset_us += run.stats.total_cycles / clock_mhz
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str) -> int:
+    """Write the per-layer roofline of a profiled run as a PNG; returns the layers plotted.
+
+    x: MACs per byte that crossed the DRAM channel (useful plus wasted burst bytes), y:
+    achieved MACs per cycle. The roofs are the tensor engine's peak for each operand type
+    present and the DRAM slope ``dram_bytes_per_cycle * x``. Layers without MACs (pools,
+    elementwise) or without DRAM traffic have no point on these axes.
+    """
+    if not prof.runs:
+        raise ValueError("nothing ran on the NPU, so there is no roofline to plot")
+    hw = parse_target(prof.runs[0].artifact.target).hw
+    dtypes = sorted({layer.dtype for run in prof.runs for layer in run.artifact.layers})
+    fig = Figure(figsize=(8, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    points: dict[str, list[tuple[float, float]]] = {}
+    for x in rep.layers:
+        moved = x.dram_bytes + x.wasted_bytes
+        if x.macs and moved and x.cycles:
+            points.setdefault(x.op, []).append((x.macs / moved, x.macs / x.cycles))
+    for op, xy in sorted(points.items()):
+        ax.scatter(*zip(*xy, strict=True), label=f"{op} ({len(xy)})", alpha=0.75, s=24)
+    xs = [p[0] for xy in points.values() for p in xy] or [1.0]
+    peaks = {d: hw.peak_macs_per_cycle(DType.from_str(d)) for d in dtypes if d in ("int8", "float16", "float32")}
+    top = max(peaks.values(), default=float(hw.mac_rows * hw.mac_cols))
+    lo, hi = min(min(xs), top / hw.dram_bytes_per_cycle) / 4, max(max(xs), top / hw.dram_bytes_per_cycle) * 4
+    grid = np.geomspace(lo, hi, 200)
+    ax.plot(grid, hw.dram_bytes_per_cycle * grid, "k--", lw=1, label=f"DRAM {hw.dram_bytes_per_cycle} B/cycle")
+    for dtype, peak in peaks.items():
+        ax.plot(grid, np.minimum(peak, hw.dram_bytes_per_cycle * grid), lw=1.5,
+                label=f"{dtype} roof {peak:g} MACs/cycle")
+    ax.set_xlim(lo, hi)
+    ys = [p[1] for xy in points.values() for p in xy] or [top]
+    ax.set_ylim(min(min(ys), top / 100) / 2, top * 2)
+    ax.set_xlabel("arithmetic intensity (MACs per DRAM byte moved)")
+    ax.set_ylabel("achieved MACs per cycle")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.savefig(path, format="png", dpi=120)
+    return sum(len(xy) for xy in points.values())
+
+
+def op_counts(counts: Mapping[str, int]) -> str:
+    """``{"relax.nn.conv2d": 4}`` -> ``"conv2d x4"``, most frequent first."""
+    short = sorted(((n.removeprefix("relax.").removeprefix("nn."), c) for n, c in counts.items()),
+                   key=lambda nc: (-nc[1], nc[0]))
+    return ", ".join(f"{n} x{c}" for n, c in short) or "none"

@@ -1,0 +1,282 @@
+"""The ``tvm-npu`` command line: compile, run, profile and benchmark models for the simulated NPU.
+
+Every figure comes from :mod:`tvm_npu.bench`, which the scripts in ``benchmarks/`` share,
+so the command line and the benchmarks cannot disagree. Errors are reported as one line
+on stderr with exit status 1 (``--verbose`` adds the traceback); progress bars go to
+stderr, and only when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_npu.bench import (
+    BUNDLED,
+    Model,
+    bench,
+    build_model,
+    chrome_trace,
+    default_inputs,
+    elapsed_bar,
+    input_names,
+    model_report,
+    op_counts,
+    plot_roofline,
+    profile_model,
+    read_inputs,
+    resolve_model,
+)
+from tvm_npu.config import parse_target, target_help
+from tvm_npu.models import randomize_weights
+from tvm_npu.runtime import PartitionRun
+from tvm_npu.runtime_module import load_module
+
+PROG = "tvm-npu"
+
+
+def _target_epilog() -> str:
+    rows = target_help()
+    width = max(len(k) for k, _, _ in rows)
+    lines = [f"  {key.ljust(width)}  {meaning} (default {default})" for key, default, meaning in rows]
+    return "target options (--target 'npu -key=value ...'):\n" + "\n".join(lines)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL",
+                   help=f"an ONNX model file (.onnx), or a bundled model name: {', '.join(BUNDLED)}")
+    p.add_argument("--target", default="npu",
+                   help="NPU target: 'npu' followed by -key=value options, listed below (default: %(default)s)")
+    p.add_argument("--randomize-weights", type=int, metavar="SEED",
+                   help="replace the model's constant weights by seeded random values first (the light "
+                        "models ship with constant weights, whose outputs a broken compiler can also match)")
+
+
+def _inputs_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", metavar="NPZ", type=Path,
+                   help="input arrays (.npz), by input name or saved positionally with np.savez(path, *arrays); "
+                        "default: the ONNX backend-test inputs (arange / size)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (also used to render ``--help``)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", help="on error, print the full traceback")
+    parser = argparse.ArgumentParser(prog=PROG, description="Compile, run, profile and benchmark models for the "
+                                     "simulated NPU.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"run '{PROG} COMMAND --help' for each command's options")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, details: str, targets: bool = True) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=summary,
+                              description=f"{summary}\n{textwrap.dedent(details)}",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=_target_epilog() if targets else None)
+
+    p = command("compile", "Compile an ONNX model for the NPU and export it as a shared library.", """
+        Prints which operators went to the NPU and which stayed on the host (llvm), the share
+        of MACs on the NPU and the time of every build stage. Load the library with
+        'tvm-npu run', or in Python after 'import tvm_npu' with tvm_npu.runtime_module.load_module.""")
+    _model_args(p)
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so", help="shared library to write")
+    p.add_argument("--dump-dir", type=Path, metavar="DIR",
+                   help="write every intermediate form there: Relax IR after each stage and, per NPU operator, "
+                        "its spec, scheduled and lowered TIR, schedule trace and program disassembly")
+    p.set_defaults(func=cmd_compile)
+
+    p = command("run", "Run an exported model (NPU partitions on the simulator, the rest on the CPU).", """
+        Prints a summary of every output and the simulated NPU time; '--stats' adds the
+        simulator's statistics for every NPU partition run. The target is the one the
+        library was compiled for.""", targets=False)
+    p.add_argument("library", metavar="LIB.so", type=Path, help="a library written by 'tvm-npu compile'")
+    p.add_argument("--inputs", required=True, type=Path, metavar="NPZ",
+                   help="input arrays (.npz), by input name or saved positionally with np.savez(path, *arrays)")
+    p.add_argument("-o", "--output", type=Path, metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
+    p.add_argument("--stats", action="store_true",
+                   help="print per NPU partition run: cycles, roofline bound and efficiency, DMA traffic and "
+                        "descriptors, wasted burst bytes, SRAM high-water mark, instructions, engine utilisation")
+    p.set_defaults(func=cmd_run)
+
+    p = command("profile", "Build, run once with a timeline and report every NPU layer against the roofline.", """
+        Prints the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the
+        datasheet bound, efficiency and the binding resource) and the whole-model figures.""")
+    _model_args(p)
+    _inputs_arg(p)
+    p.add_argument("--trace", type=Path, metavar="OUT.json",
+                   help="write the timeline as a Chrome/Perfetto trace (one process per partition run; "
+                        "open it in ui.perfetto.dev)")
+    p.add_argument("--plot", type=Path, metavar="ROOFLINE.png",
+                   help="write a roofline plot: per layer, MACs per DRAM byte against achieved MACs per cycle, "
+                        "under the compute roof and the DRAM bandwidth slope")
+    p.add_argument("--json", type=Path, metavar="REPORT.json",
+                   help="write the report as JSON: {'model': {...}, 'layers': [{...}, ...]}")
+    p.add_argument("--timing-only", action="store_true",
+                   help="skip the NPU numerics (faster; the cycles are identical, the outputs are not computed)")
+    p.set_defaults(func=cmd_profile)
+
+    p = command("bench", "Compare the NPU build (simulated) with an llvm build of the same model.", """
+        Builds both in this process and prints: build times, llvm latency (median of
+        --repeat runs), simulated NPU latency at the configured clock and the ratio, the
+        largest absolute difference between the two outputs, the share of MACs on the NPU,
+        the simulator's wall time per inference and the roofline efficiency.""")
+    _model_args(p)
+    _inputs_arg(p)
+    p.add_argument("--repeat", type=int, default=10, metavar="N",
+                   help="timed llvm runs after one warm-up; the median is reported (default: %(default)s)")
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write the figures as JSON")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+# ------------------------------------------------------------------------------ helpers
+def _load(args: argparse.Namespace) -> tuple[str, Model, str]:
+    """(name, model, normalised target) of a model command; the target is checked before any work."""
+    try:
+        target = str(parse_target(args.target))
+    except ValueError as e:
+        raise ValueError(f"--target {args.target!r}: {e}") from None
+    name, model = resolve_model(args.model)
+    if args.randomize_weights is not None:
+        model = randomize_weights(model, args.randomize_weights)
+        name = f"{name} (weights seed {args.randomize_weights})"
+    return name, model, target
+
+
+def _inputs(args: argparse.Namespace, model: Model) -> list[np.ndarray]:
+    return read_inputs(args.inputs, input_names(model)) if args.inputs else default_inputs(model)
+
+
+def _stages(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in seconds.items())
+
+
+def _npu_time(runs: Sequence[PartitionRun]) -> str:
+    if not runs:
+        return "nothing ran on the NPU"
+    hw = parse_target(runs[0].artifact.target).hw
+    cycles = sum(r.stats.total_cycles for r in runs)
+    return (f"{len(runs)} NPU partition runs, {cycles:,} cycles = {hw.cycles_to_seconds(cycles) * 1e3:.3f} ms "
+            f"at {hw.clock_mhz} MHz")
+
+
+def _stats_table(runs: Sequence[PartitionRun]) -> str:
+    head = ("partition", "cycles", "bound", "eff", "load KiB", "store KiB", "descr", "waste KiB", "SRAM KiB",
+            "instr", "util tensor/vector/DRAM")
+    rows = [head]
+    for r in runs:
+        s = r.stats
+        util = "/".join(f"{s.utilisation.get(k, 0.0):.2f}" for k in ("TENSOR", "VECTOR", "DRAM"))
+        symbol = r.symbol if len(r.symbol) <= 40 else f"{r.symbol[:37]}..."
+        rows.append((symbol, f"{s.total_cycles:,}", f"{s.lower_bound_cycles:,.0f}", f"{s.efficiency:.3f}",
+                     f"{s.dma_load_bytes / 1024:.0f}", f"{s.dma_store_bytes / 1024:.0f}",
+                     f"{s.dma_load_descriptors + s.dma_store_descriptors}", f"{s.wasted_burst_bytes / 1024:.0f}",
+                     f"{s.sram_high_water / 1024:.0f}", str(s.instructions), util))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in rows]
+    return "\n".join(lines)
+
+
+def _summary(i: int, a: np.ndarray) -> str:
+    text = f"output_{i}: {a.dtype} {tuple(a.shape)}"
+    if a.size and np.issubdtype(a.dtype, np.number):
+        text += f"  min {a.min():.4g}  max {a.max():.4g}  mean {a.mean():.4g}  argmax {int(np.argmax(a))}"
+    return text
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_compile(args: argparse.Namespace) -> int:
+    name, model, target = _load(args)
+    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(args.output))
+    total = info.npu_macs + info.host_macs
+    print(f"compiled {name} for '{target}' in {seconds:.1f} s ({_stages(info.stage_seconds)})")
+    print(f"NPU:  {info.partitions} partitions: {op_counts(info.npu_ops)}")
+    print(f"host: {op_counts(info.host_ops)}")
+    print(f"MACs: {info.npu_macs / 1e6:,.1f} M on the NPU ({info.npu_macs / total if total else 0:.1%}), "
+          f"{info.host_macs / 1e6:,.1f} M on the host; {info.layout_transforms} layout transforms on the host")
+    if args.dump_dir is not None:
+        print(f"intermediate forms in {args.dump_dir}")
+    print(f"wrote {args.output} ({args.output.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    library = load_module(args.library)
+    vm = relax.VirtualMachine(library, tvm.cpu())
+    # the VM's only way to name the parameters of an exported function
+    names = [vm._get_function_param_name("main", i) for i in range(vm._get_function_arity("main"))]
+    inputs = read_inputs(args.inputs, names)
+    outputs, prof, seconds = profile_model(library, inputs)
+    for i, a in enumerate(outputs):
+        print(_summary(i, a))
+    print(f"{_npu_time(prof.runs)}; {seconds:.2f} s wall")
+    if args.stats and prof.runs:
+        print(_stats_table(prof.runs))
+    if args.output is not None:
+        np.savez(args.output, **{f"output_{i}": a for i, a in enumerate(outputs)})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    name, model, target = _load(args)
+    inputs = _inputs(args, model)
+    executable, info, build_s = build_model(model, target)
+    with elapsed_bar("simulating"):
+        _, prof, seconds = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
+    rep = model_report(prof, info)
+    print(rep.table())
+    print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {seconds:.2f} s wall")
+    if args.trace is not None:
+        args.trace.write_text(json.dumps(chrome_trace(prof)))
+        print(f"wrote {args.trace} (open in ui.perfetto.dev)")
+    if args.plot is not None:
+        n = plot_roofline(prof, rep, args.plot, f"{name} on '{target}'")
+        print(f"wrote {args.plot} ({n} layers with MACs)")
+    if args.json is not None:
+        rep.write_json(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    name, model, target = _load(args)
+    result = bench(name, model, target, _inputs(args, model), repeat=args.repeat)
+    print("\n".join(result.lines()))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result.to_json(), indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _one_line(e: BaseException) -> str:
+    """The first line of an error message (TVM's span several lines), never empty."""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tvm-npu`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{PROG} {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 1
