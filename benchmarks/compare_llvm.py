@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from tvm import relax
 from tvm.script import relax as R
 
-from tvm_npu.bench import BUNDLED, BenchResult, Model, bench, default_inputs, environment
+from tvm_npu.bench import BUNDLED, BenchResult, LoadedModel, bench, default_inputs, environment
 from tvm_npu.config import parse_target
 from tvm_npu.models import randomize_weights
 
@@ -61,9 +61,9 @@ def transformer_block(seq: int = 64, dim: int = 128, hidden: int = 512, seed: in
     return bb.get()
 
 
-def models(quick: bool) -> dict[str, Callable[[], Model]]:
+def models(quick: bool) -> dict[str, Callable[[], LoadedModel]]:
     """Name -> loader, in the order they are benchmarked."""
-    table: dict[str, Callable[[], Model]] = {"tiny_convnet": BUNDLED["tiny_convnet"]}
+    table: dict[str, Callable[[], LoadedModel]] = {"tiny_convnet": BUNDLED["tiny_convnet"]}
     for name, load in BUNDLED.items():
         if name.startswith("light_"):
             table[name] = lambda load=load: randomize_weights(load(), seed=0)

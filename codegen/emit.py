@@ -57,11 +57,25 @@ class InstrMeta:
     layer: int
 
 
+@dataclass(frozen=True)
+class Resident:
+    """An intermediate tensor kept in SRAM between its producer and its consumer (``-fusion=2``)."""
+
+    addr: int
+    dtype: DType
+
+
 @dataclass
 class ProgramAssembler:
-    """Program-level state shared by the operators of one partition."""
+    """Program-level state shared by the operators of one partition.
+
+    Operators allocate their buffers below ``sram_limit``; above it live the
+    partition's on-chip intermediates (``resident``, by tensor name).
+    """
 
     hw: HardwareConfig
+    sram_limit: int = 0
+    resident: dict[str, Resident] = field(default_factory=dict)
     tensors: list[isa.TensorDecl] = field(default_factory=list)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     instructions: list[isa.Instruction] = field(default_factory=list)
@@ -85,12 +99,16 @@ class ProgramAssembler:
                 return i
         raise EmitError(f"DRAM tensor {name!r} is not declared in this partition")
 
+    def __post_init__(self) -> None:
+        self.sram_limit = self.sram_limit or self.hw.max_sram_bytes
+
     def alloc(self, nbytes: int) -> int:
         addr = self.sram_top
         self.sram_top = addr + self.hw.align(nbytes)
-        if self.sram_top > self.hw.max_sram_bytes:
+        if self.sram_top > self.sram_limit:
             raise EmitError(
-                f"SRAM overflow: {self.sram_top} bytes needed, -max-sram-bytes={self.hw.max_sram_bytes}"
+                f"SRAM overflow: {self.sram_top} bytes needed, {self.sram_limit} available for operators "
+                f"(-max-sram-bytes={self.hw.max_sram_bytes})"
             )
         self.sram_peak = max(self.sram_peak, self.sram_top)
         return addr
@@ -266,15 +284,23 @@ class OperatorEmitter:
         s_off += _dot(lo, s_str)
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
         dims = copy_plan(ext, d_str, s_str)
-        tensor = self.asm.index(dram_name(dram.buffer))
-        dtype = self.asm.tensors[tensor].dtype
+        name = dram_name(dram.buffer)
+        resident = self.asm.resident.get(name)
+        tensor = -1 if resident else self.asm.index(name)
+        dtype = resident.dtype if resident else self.asm.tensors[tensor].dtype
         itemsize = dtype.itemsize
         cls = isa.DmaLoad if load else isa.DmaStore
         for (od, osr), inner in split_outer(dims):
             shape, dstr = pad3(inner, 0)
             _, sstr = pad3(inner, 1)
-            self._emit(cls(tensor, d_off + od, self.addr[sram.buffer] + (s_off + osr) * itemsize, dtype,
-                           shape, dstr, sstr))
+            tile_addr = self.addr[sram.buffer] + (s_off + osr) * itemsize
+            if resident:  # an on-chip intermediate (-fusion=2): the vector engine copies within SRAM
+                region_addr = resident.addr + (d_off + od) * itemsize
+                src, s_st, dst, d_st = (region_addr, dstr, tile_addr, sstr) if load else (tile_addr, sstr,
+                                                                                          region_addr, dstr)
+                self._emit(isa.VecUnary(shape, dst, d_st, src, s_st, dtype, isa.Opcode.VCOPY))
+            else:
+                self._emit(cls(tensor, d_off + od, tile_addr, dtype, shape, dstr, sstr))
         if load:
             self._record_load(sram, tuple(sram_base), dram, dram_base, lo, hi)
 

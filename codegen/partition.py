@@ -33,9 +33,9 @@ from tvm_npu.tir_schedules.ops import (
 from tvm_npu.tir_schedules.params import TileParams, tile_to_json
 
 from tvm_npu.artifact import Artifact, LayerInfo
-from tvm_npu.config import NpuTarget
+from tvm_npu.config import HardwareConfig, NpuTarget
 
-from .emit import ProgramAssembler
+from .emit import ProgramAssembler, Resident
 from .operator import compile_operator
 from .sync import insert_semaphores
 
@@ -183,6 +183,22 @@ def _describe(spec: OpSpec) -> tuple[str, str, str]:
     return "elementwise", f"{epi} {spec.out.shape}", spec.out.dtype.np.name
 
 
+def _on_chip(ops: list[_Op], outputs: list[str], hw: HardwareConfig) -> tuple[dict[str, OpSpec], int]:
+    """Intermediates to keep in SRAM (``-fusion=2``): produced by one operator, read only by the
+    next, and at most an eighth of the SRAM; and the size of the two slots they alternate in."""
+    uses = _consumers(ops)
+    chosen = {}
+    for k in range(len(ops) - 1):
+        out = ops[k].spec.out
+        nxt = {t.name for t in ops[k + 1].spec.inputs}
+        if out.name in outputs or uses.get(out.name, 0) != 1 or out.name not in nxt:
+            continue
+        if hw.align(out.nbytes) <= hw.max_sram_bytes // 8:
+            chosen[out.name] = ops[k].spec
+    slot = max((hw.align(s.out.nbytes) for s in chosen.values()), default=0)
+    return chosen, slot
+
+
 def partition_specs(func: relax.Function, target: NpuTarget) -> list[OpSpec]:
     """The operators a partition compiles to, after fusion (what the tuner measures)."""
     ops, _, _, outputs = _partition_ops(func)
@@ -203,23 +219,33 @@ def compile_partition(
     ops, constants, inputs, outputs = _partition_ops(func)
     if opts.fusion >= 1:
         ops = _fuse(ops, outputs, target)
+    on_chip, slot = _on_chip(ops, outputs, hw) if opts.fusion >= 2 else ({}, 0)
+    # the two slots holding on-chip intermediates sit at the top of the SRAM; an operator that
+    # reads or writes one plans its tiles without them, the others use the whole SRAM
+    slots_base = hw.max_sram_bytes - 2 * slot
+    reduced_hw = replace(hw, max_sram_bytes=slots_base) if slot else hw
     asm = ProgramAssembler(hw)
-    kinds: dict[str, isa.TensorKind] = {}
     for p, name in zip(func.params, inputs, strict=True):
         shape, dtype = tensor_type(p)
         asm.declare(name, shape, dtype, isa.TensorKind.INPUT)
-    for op in ops:
+    for k, op in enumerate(ops):
+        if op.spec.out.name in on_chip:  # produced by operator k into slot k % 2
+            asm.resident[op.spec.out.name] = Resident(slots_base + (k % 2) * slot, op.spec.out.dtype)
         for t in (*op.spec.inputs, op.spec.out):
             if t.name in constants:
-                kinds[t.name] = isa.TensorKind.CONSTANT
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
-            elif t.name not in inputs:
+            elif t.name not in inputs and t.name not in on_chip:
                 kind = isa.TensorKind.OUTPUT if t.name in outputs else isa.TensorKind.SCRATCH
                 asm.declare(t.name, t.shape, t.dtype, kind)
     layers: list[LayerInfo] = []
     for layer, op in enumerate(ops):
         spec = op.spec
-        tile = (tiles or {}).get(spec_key(spec)) or planner.choose(spec, hw, opts)
+        touches = any(t.name in on_chip for t in (*spec.inputs, spec.out))
+        plan_hw = reduced_hw if touches else hw
+        asm.sram_limit = plan_hw.max_sram_bytes
+        tile = (tiles or {}).get(spec_key(spec))
+        if tile is None or planner.footprint(spec, tile, plan_hw) > plan_hw.max_sram_bytes:
+            tile = planner.choose(spec, plan_hw, opts)
         first = len(asm.instructions)
         dump = None
         if dump_dir is not None:
@@ -229,7 +255,7 @@ def compile_partition(
                 Path(f"{base}.{stage}.txt").write_text(text)
 
         compile_operator(asm, spec, tile, layer, dump)
-        est = planner.estimate(spec, tile, hw)
+        est = planner.estimate(spec, tile, plan_hw)
         kind, desc, dtype = _describe(spec)
         in_bytes = sum(t.nbytes for t in spec.inputs if t.name not in constants)
         layers.append(LayerInfo(

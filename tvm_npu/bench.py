@@ -35,7 +35,8 @@ from tvm_npu.models import LIGHT_MODELS, backend_inputs, light_model_path, tiny_
 from tvm_npu.runtime import Profile, profile
 from tvm_npu.simulator import RunResult
 
-Model = onnx.ModelProto | tvm.IRModule
+#: A model in memory: what ``build_with_info`` and ``build_reference`` accept, minus paths.
+LoadedModel = onnx.ModelProto | tvm.IRModule
 
 
 # ------------------------------------------------------------------------------ models
@@ -66,7 +67,7 @@ def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
     raise FileNotFoundError(f"model file {spec!r} does not exist (bundled models: {', '.join(BUNDLED)})")
 
 
-def input_names(model: Model) -> list[str]:
+def input_names(model: LoadedModel) -> list[str]:
     """Names of the model's run-time inputs, in the order ``main`` takes them."""
     if isinstance(model, onnx.ModelProto):
         inits = {i.name for i in model.graph.initializer}
@@ -74,7 +75,7 @@ def input_names(model: Model) -> list[str]:
     return [p.name_hint for p in model["main"].params]
 
 
-def default_inputs(model: Model, seed: int = 0) -> list[np.ndarray]:
+def default_inputs(model: LoadedModel, seed: int = 0) -> list[np.ndarray]:
     """ONNX models: the ONNX backend-test inputs; Relax modules: seeded standard-normal arrays."""
     if isinstance(model, onnx.ModelProto):
         return list(backend_inputs(model).values())
@@ -132,7 +133,7 @@ def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------- build and run
-def build_model(model: Model, target: str, *, dump_dir: str | Path | None = None,
+def build_model(model: LoadedModel, target: str, *, dump_dir: str | Path | None = None,
                 progress: bool | None = None, desc: str = "building for the NPU"
                 ) -> tuple[relax.VMExecutable, BuildInfo, float]:
     """``build_with_info`` with a progress line; also returns the wall time in seconds."""
@@ -253,7 +254,7 @@ def max_abs_error(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
                default=0.0)
 
 
-def bench(name: str, model: Model, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
+def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
           progress: bool | None = None) -> BenchResult:
     """Build ``model`` for the NPU and for llvm, run both on ``inputs`` and compare them.
 

@@ -22,7 +22,7 @@ from tvm import relax
 
 from tvm_npu.bench import (
     BUNDLED,
-    Model,
+    LoadedModel,
     bench,
     build_model,
     chrome_trace,
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _load(args: argparse.Namespace) -> tuple[str, Model, str]:
+def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
     """(name, model, normalised target) of a model command; the target is checked before any work."""
     try:
         target = str(parse_target(args.target))
@@ -152,7 +152,7 @@ def _load(args: argparse.Namespace) -> tuple[str, Model, str]:
     return name, model, target
 
 
-def _inputs(args: argparse.Namespace, model: Model) -> list[np.ndarray]:
+def _inputs(args: argparse.Namespace, model: LoadedModel) -> list[np.ndarray]:
     return read_inputs(args.inputs, input_names(model)) if args.inputs else default_inputs(model)
 
 
