@@ -44,7 +44,7 @@ def _conv_cycles(call: relax.Call, layout: str, target: NpuTarget) -> float | No
     if src not in _TO or None in (dshape, oshape, wshape) or str(attrs.out_layout or src) != src:
         return None
     try:
-        dt = DType.from_str(str(call.ty.dtype))
+        dt, out_dt = DType.from_str(str(call.args[0].ty.dtype)), DType.from_str(str(call.ty.dtype))
     except ValueError:
         return None
     klay = str(attrs.kernel_layout)
@@ -52,7 +52,7 @@ def _conv_cycles(call: relax.Call, layout: str, target: NpuTarget) -> float | No
     pad = [int(p) for p in attrs.padding]
     spec = Conv2dSpec(
         "conv2d",
-        TensorRef("y", _relayout(oshape, src, layout), dt, layout),
+        TensorRef("y", _relayout(oshape, src, layout), out_dt, layout),
         data=TensorRef("x", _relayout(dshape, src, layout), dt, layout),
         weight=TensorRef("w", w, dt, "OIHW"),
         strides=tuple(int(s) for s in attrs.strides),
