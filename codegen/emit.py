@@ -244,8 +244,8 @@ class OperatorEmitter:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
-        handlers = {"dma": self._dma, "zero": self._zero, "init": self._no_op, "matmul": self._matmul, "conv": self._conv,
-                    "pool": self._pool, "epi": self._epilogue}
+        handlers = {"dma": self._dma, "zero": self._zero, "init": self._no_op, "matmul": self._matmul,
+                    "conv": self._conv, "pool": self._pool, "epi": self._epilogue}
         for ev in self.walk.events():
             try:
                 handler = handlers[ev.site.kind]

@@ -36,7 +36,8 @@ def sram_footprint(ins: isa.Instruction) -> tuple[list[Range], list[Range]]:
     if isinstance(ins, isa.MatMul):
         isz, asz = ins.in_dtype.itemsize, ins.acc_dtype.itemsize
         c = _span(ins.c_addr, (ins.m, ins.n), ins.c_strides, asz)
-        reads = [_span(ins.a_addr, (ins.m, ins.k), ins.a_strides, isz), _span(ins.b_addr, (ins.k, ins.n), ins.b_strides, isz)]
+        reads = [_span(ins.a_addr, (ins.m, ins.k), ins.a_strides, isz),
+                 _span(ins.b_addr, (ins.k, ins.n), ins.b_strides, isz)]
         return ([*reads, c] if ins.accumulate else reads), [c]
     if isinstance(ins, isa.Conv):
         isz, asz = ins.in_dtype.itemsize, ins.acc_dtype.itemsize
@@ -93,7 +94,8 @@ def insert_semaphores(
             if f != e:
                 sem_of[(f, e)] = len(sem_of)
     if len(sem_of) > hw.num_semaphores:
-        raise ValueError(f"the synchronisation pass needs {len(sem_of)} semaphores, -num-semaphores={hw.num_semaphores}")
+        raise ValueError(f"the synchronisation pass needs {len(sem_of)} semaphores; "
+                         f"-num-semaphores={hw.num_semaphores}")
     waits_before: dict[int, list[isa.Wait]] = {}
     signals_after: dict[int, list[isa.Signal]] = {}
 

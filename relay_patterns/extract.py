@@ -417,8 +417,8 @@ def check_padding(spec: OpSpec) -> None:
         limits = [k - 1 for k in spec.kernel]
     else:
         return
-    t, l, b, r = spec.padding
-    if max(t, b) > limits[0] or max(l, r) > limits[1]:
+    top, left, bottom, right = spec.padding
+    if max(top, bottom) > limits[0] or max(left, right) > limits[1]:
         raise ValueError(f"{spec.name} padding {spec.padding} is wider than its window allows "
                          f"(at most {limits[0]} rows, {limits[1]} columns); it stays on the host")
 

@@ -23,7 +23,7 @@ from .params import MatmulTile, Order
 
 def compute(spec: MatmulSpec) -> tuple[list[te.Tensor], te.Tensor]:
     """TE definition: inputs (a, b, epilogue operands) and the final output."""
-    m, n, k = spec.mnk
+    k = spec.mnk[2]
     a = placeholder(spec.a)
     b = placeholder(spec.b)
     nb_a, nb_b = len(spec.a.shape) - 2, len(spec.b.shape) - 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass
-from typing import Union
 
 
 class Order(enum.Enum):
@@ -59,7 +58,7 @@ class EltwiseTile:
     stages: int = 2
 
 
-TileParams = Union[MatmulTile, ConvTile, PoolTile, EltwiseTile]
+TileParams = MatmulTile | ConvTile | PoolTile | EltwiseTile
 
 
 def tile_to_json(tile: TileParams) -> dict:

@@ -290,7 +290,7 @@ def _conv_window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
 
 def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff: float = math.inf) -> Estimate:
     nchw = spec.layout == "NCHW"
-    n, c, h, w = (spec.data.dim(a) for a in "NCHW")
+    n, c = spec.data.dim("N"), spec.data.dim("C")
     o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
     g = spec.groups
     cg, og = c // g, o // g
@@ -304,7 +304,6 @@ def _conv_estimate(spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig, cutoff:
     oc_tiles = _axis_tiles(og, tile.toc)
     y_tiles, x_tiles = _axis_tiles(oh, tile.toh), _axis_tiles(ow, tile.tow)
     n_sp = len(y_tiles) * len(x_tiles)
-    dshape = spec.data.shape
     oshape = spec.out.shape
 
     def data_box(b, gt, ct, y, x):
@@ -580,7 +579,8 @@ def _pool_estimate(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig, cutoff: f
 
 def _pool_footprint(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
     rows, cols = _pool_window(spec, tile)
-    n_tiles = _ceil(spec.data.dim("C"), tile.tc) * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+    n_tiles = (_ceil(spec.data.dim("C"), tile.tc) * _ceil(spec.out.dim("H"), tile.toh)
+               * _ceil(spec.out.dim("W"), tile.tow))
     s = tile.stages if n_tiles > 1 else 1
     isz = spec.data.dtype.itemsize
     out_tile = tile.tc * tile.toh * tile.tow

@@ -98,7 +98,8 @@ class ModelReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.append("")
         lines.append(f"model: {self.cycles} cycles, bound {self.bound_cycles:.0f} (efficiency {self.efficiency:.3f}), "
-                     f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, DRAM {self.dram_bytes / 2**20:.1f} MiB "
+                     f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, "
+                     f"DRAM {self.dram_bytes / 2**20:.1f} MiB "
                      f"({self.dram_bytes / max(self.compulsory_bytes, 1):.2f}x compulsory), "
                      f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
                      f"layout transforms on host {self.layout_transforms}")
