@@ -188,3 +188,37 @@ def pipeline(sch: s_tir.Schedule, loop: s_tir.LoopRV, stages: int, loads: Sequen
 def extent(sch: s_tir.Schedule, loop: s_tir.LoopRV) -> int:
     return int(sch.get(loop).extent.value)
 
+
+def result_store(sch: s_tir.Schedule, spec: OpSpec, acc: s_tir.SBlockRV) -> s_tir.SBlockRV:
+    """Put the accumulator (and, with an epilogue, its stages) in SRAM; return the store copy."""
+    if spec.epilogue:
+        sch.set_scope(acc, 0, SRAM)
+        return sch.cache_write(sch.get_sblock(spec.out.name), 0, SRAM)
+    return sch.cache_write(acc, 0, SRAM)
+
+
+def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, loop: s_tir.LoopRV,
+                      store: s_tir.SBlockRV, own_result: bool = False) -> None:
+    """Attach the epilogue steps (in place on the accumulator), their operand loads and the
+    store under ``loop``, the innermost output-tile loop.
+
+    ``own_result``: the last step writes a buffer of its own even when it has the
+    accumulator's shape (with a streamed reduction the next tile's accumulation then
+    need not wait for this tile's store).
+    """
+    spec = res.spec
+    n_epi = len(spec.epilogue)
+    prev = buffer_name(sch, acc)
+    for idx, step in enumerate(spec.epilogue):
+        e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
+        if idx < n_epi - 1:
+            sch.set_scope(e, 0, SRAM)
+        attach(sch, e, loop, "epi", idx, reverse=True)
+        if step.operand is not None:
+            op_s = sch.cache_read(e, 1, SRAM)
+            res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
+            res.loads.append(attach(sch, op_s, loop, "dma"))
+        if idx < n_epi - 1 or not own_result:
+            res.aliases[buffer_name(sch, e)] = prev
+        prev = buffer_name(sch, e)
+    res.stores.append(attach(sch, store, loop, "dma", reverse=True))

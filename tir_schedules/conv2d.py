@@ -28,6 +28,8 @@ from .common import (
     mark,
     pipeline,
     placeholder,
+    result_store,
+    schedule_epilogue,
     split,
 )
 from .ops import Conv2dSpec
@@ -192,32 +194,11 @@ def schedule(spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
     res.roles[buffer_name(sch, w_s)] = "weight"
     res.loads.append(attach(sch, w_s, rco if rco else chan_inner, "dma"))
 
-    n_epi = len(spec.epilogue)
-    if n_epi:
-        sch.set_scope(blk, 0, SRAM)
-        store = sch.cache_write(sch.get_sblock(spec.out.name), 0, SRAM)
-    else:
-        store = sch.cache_write(blk, 0, SRAM)
+    store = result_store(sch, spec, blk)
     init = sch.decompose_reduction(blk, rco if rco else inner[0])
     mark(sch, sch.blockize(sch.get_loops(init)[len(outer_loops) + 1]), "zero")
     mark(sch, sch.blockize(inner[0]), "conv")
-
-    prev = buffer_name(sch, blk)
-    for idx, step in enumerate(spec.epilogue):
-        e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
-        if idx < n_epi - 1:
-            sch.set_scope(e, 0, SRAM)
-        attach(sch, e, inner_out, "epi", idx, reverse=True)
-        if step.operand is not None:
-            op_s = sch.cache_read(e, 1, SRAM)
-            res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
-            res.loads.append(attach(sch, op_s, inner_out, "dma"))
-        if idx < n_epi - 1 or rco is None:
-            # with a streamed reduction the result gets its own buffer: the next tile's
-            # accumulation need not wait for this tile's store
-            res.aliases[buffer_name(sch, e)] = prev
-        prev = buffer_name(sch, e)
-    res.stores.append(attach(sch, store, inner_out, "dma", reverse=True))
+    schedule_epilogue(sch, res, blk, inner_out, store, own_result=rco is not None)
 
     pipe = rco if rco is not None and extent(sch, rco) > 1 else inner_out
     pipeline(sch, pipe, tile.stages, res.loads, res.stores)

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from tvm import s_tir, te, tirx
 
-from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
+from .common import (
+    SRAM,
+    Scheduled,
+    attach,
+    buffer_name,
+    epilogue_stages,
+    mark,
+    pipeline,
+    placeholder,
+    result_store,
+    schedule_epilogue,
+    split,
+)
 from .conv2d import padded_extent
 from .ops import PoolKind, PoolSpec
 from .params import PoolTile
@@ -87,26 +99,9 @@ def schedule(spec: PoolSpec, tile: PoolTile) -> Scheduled:
     sch.set_scope(pad, 0, SRAM)
     res.roles[buffer_name(sch, pad)] = "data"
     res.loads.append(attach(sch, pad, s, "dma"))
-    n_epi = len(spec.epilogue)
-    if n_epi:
-        sch.set_scope(blk, 0, SRAM)
-        store = sch.cache_write(sch.get_sblock(spec.out.name), 0, SRAM)
-    else:
-        store = sch.cache_write(blk, 0, SRAM)
+    store = result_store(sch, spec, blk)
     mark(sch, sch.blockize(sch.get_loops(sch.decompose_reduction(blk, ci))[-2]), "init")
     mark(sch, sch.blockize(ci), "pool")
-    prev = buffer_name(sch, blk)
-    for idx, step in enumerate(spec.epilogue):
-        e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
-        if idx < n_epi - 1:
-            sch.set_scope(e, 0, SRAM)
-        attach(sch, e, s, "epi", idx, reverse=True)
-        if step.operand is not None:
-            op_s = sch.cache_read(e, 1, SRAM)
-            res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
-            res.loads.append(attach(sch, op_s, s, "dma"))
-        res.aliases[buffer_name(sch, e)] = prev
-        prev = buffer_name(sch, e)
-    res.stores.append(attach(sch, store, s, "dma", reverse=True))
+    schedule_epilogue(sch, res, blk, s, store)
     pipeline(sch, s, tile.stages, res.loads, res.stores)
     return res
