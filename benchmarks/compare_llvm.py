@@ -80,7 +80,7 @@ def bar_plot(path: Path, names: list[str], series: dict[str, list[float]], ylabe
     x = np.arange(len(names))
     for i, (label, values) in enumerate(series.items()):
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=label)
-        ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
+        ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1, rotation=90 if len(series) > 2 else 0)
     if reference is not None:
         ax.axhline(reference, color="k", lw=0.8, ls="--")
     if log:

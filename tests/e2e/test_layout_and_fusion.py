@@ -1,0 +1,52 @@
+"""Layout planning (transforms folded into NPU operators) and the fusion levels, on whole models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_npu
+from tvm_npu.models import backend_inputs, tiny_convnet
+
+
+def _run(model, target: str) -> tuple[np.ndarray, tvm_npu.Profile, tvm_npu.BuildInfo]:
+    ex, info = tvm_npu.build_with_info(model, target)
+    args = [tvm.runtime.tensor(v) for v in backend_inputs(model).values()]
+    with tvm_npu.profile() as prof:
+        out = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
+    return out, prof, info
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    model = tiny_convnet()
+    args = [tvm.runtime.tensor(v) for v in backend_inputs(model).values()]
+    return relax.VirtualMachine(tvm_npu.build_reference(model), tvm.cpu())["main"](*args).numpy()
+
+
+@pytest.mark.parametrize("pref", ["NCHW", "NHWC", "auto"])
+def test_layout_transforms_fold_into_npu_operators(pref: str, reference: np.ndarray) -> None:
+    out, prof, info = _run(tiny_convnet(), f"npu -layout-pref={pref}")
+    np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-5)
+    assert info.layout_transforms == 0  # none left for the host
+    layouts = {x.layout_out for run in prof.runs for x in run.artifact.layers if x.op == "conv2d"}
+    if pref != "auto":
+        assert layouts == {pref}
+
+
+def test_auto_layout_is_no_slower_than_either_forced_layout() -> None:
+    cycles = {pref: _run(tiny_convnet(), f"npu -layout-pref={pref}")[1].total_cycles
+              for pref in ("NCHW", "NHWC", "auto")}
+    assert cycles["auto"] <= min(cycles["NCHW"], cycles["NHWC"]) * 1.02
+
+
+def test_fusion_levels_cut_dram_traffic(reference: np.ndarray) -> None:
+    traffic = {}
+    for level in (0, 1, 2):
+        out, prof, _ = _run(tiny_convnet(), f"npu -fusion={level}")
+        np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-5)
+        traffic[level] = sum(r.stats.dma_load_bytes + r.stats.dma_store_bytes for r in prof.runs)
+    assert traffic[1] < traffic[0]  # epilogues fused: intermediates never written
+    assert traffic[2] < traffic[1]  # small intermediates kept in SRAM between operators
