@@ -63,9 +63,11 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
         compulsory = min(p["compulsory_bytes"] for p in ok)
         cyc.axhline(bound / 1e6, color="k", ls="--", lw=1, label="roofline bound")
         dram.axhline(compulsory / 2**20, color="k", ls="--", lw=1, label="compulsory traffic")
+    sizes = sorted({p["max_sram_bytes"] // KIB for p in points})
     for ax, ylabel in ((cyc, "simulated cycles (millions)"), (dram, "DRAM traffic (MiB)")):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("-max-sram-bytes (KiB)")
+        ax.set_xticks(sizes, [f"{s // KIB} MiB" if s >= KIB else f"{s} KiB" for s in sizes])
+        ax.set_xlabel("-max-sram-bytes")
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)

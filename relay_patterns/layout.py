@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
+from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm_npu.tir_schedules import planner
 from tvm_npu.tir_schedules.ops import Conv2dSpec, TensorRef
@@ -23,6 +24,7 @@ from tvm_npu.config import DType, Layout, NpuTarget
 _TO = {"NCHW": "NHWC", "NHWC": "NCHW"}
 _PERM = {("NCHW", "NHWC"): [0, 2, 3, 1], ("NHWC", "NCHW"): [0, 3, 1, 2]}
 _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+TRANSFORM_OPS = ("relax.permute_dims", "relax.layout_transform")
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
@@ -214,7 +216,8 @@ def unfold_host_layouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> t
 
 
 def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
-    """Rewrite activation layouts by ``-layout-pref`` (or the cost model's vote for ``auto``)."""
+    """Convert activation layouts by ``-layout-pref`` (or the cost model's vote for ``auto``);
+    the transforms this inserts are folded by :func:`fold_layout_transforms` afterwards."""
     pref = target.options.layout_pref
     layout = preferred_layout(mod, target) if pref == Layout.AUTO else pref.value
     if layout is None:
@@ -222,7 +225,21 @@ def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
     # pooling and elementwise ops follow their producer (ConvertLayout takes no desired layout for them)
     desired = {"relax.nn.conv2d": [layout, "OIHW"]}
     with tvm.transform.PassContext(opt_level=3):
-        mod = relax.transform.ConvertLayout(desired)(mod)
-        mod = fold_layout_transforms(mod)
-        return relax.transform.FoldConstant()(mod)
+        return relax.transform.ConvertLayout(desired)(mod)
+
+
+def count_transforms(mod: tvm.IRModule) -> int:
+    """Layout transforms of activations (``permute_dims``, ``layout_transform`` of a non-constant)."""
+    count = 0
+
+    def visit(e: relax.Expr) -> None:
+        nonlocal count
+        if (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in TRANSFORM_OPS
+                and not isinstance(e.args[0], GenericConst)):
+            count += 1
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return count
 

@@ -103,7 +103,7 @@ def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- progress
-def _show(progress: bool | None) -> bool:
+def show_progress(progress: bool | None) -> bool:
     """Whether to draw progress bars: as asked, or (``None``) only when stderr is a terminal."""
     return sys.stderr.isatty() if progress is None else progress
 
@@ -115,7 +115,7 @@ def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
     Shown only after two seconds and only on a terminal (``progress=None``), so quick
     steps and redirected output stay clean.
     """
-    bar = tqdm(desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, delay=2, disable=not _show(progress))
+    bar = tqdm(desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, delay=2, disable=not show_progress(progress))
     stop = threading.Event()
 
     def tick() -> None:
@@ -134,12 +134,12 @@ def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
 
 # ----------------------------------------------------------------------- build and run
 def build_model(model: LoadedModel, target: str, *, dump_dir: str | Path | None = None,
-                progress: bool | None = None, desc: str = "building for the NPU"
+                records: str | Path | None = None, progress: bool | None = None, desc: str = "building for the NPU"
                 ) -> tuple[relax.VMExecutable, BuildInfo, float]:
     """``build_with_info`` with a progress line; also returns the wall time in seconds."""
     start = time.perf_counter()
     with elapsed_bar(desc, progress):
-        executable, info = build_with_info(model, target, dump_dir=dump_dir)
+        executable, info = build_with_info(model, target, dump_dir=dump_dir, records=records)
     return executable, info, time.perf_counter() - start
 
 
@@ -177,7 +177,9 @@ def median_latency(executable: relax.VMExecutable, inputs: Sequence[np.ndarray],
     tensors = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs]
     outputs = to_numpy(vm["main"](*tensors))
     times = []
-    for _ in tqdm(range(repeat), desc="llvm runs", unit="run", file=sys.stderr, delay=2, disable=not _show(progress)):
+    bar = tqdm(range(repeat), desc="llvm runs", unit="run", file=sys.stderr, delay=2,
+               disable=not show_progress(progress))
+    for _ in bar:
         start = time.perf_counter()
         vm["main"](*tensors)
         times.append(time.perf_counter() - start)
@@ -254,8 +256,24 @@ def max_abs_error(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
                default=0.0)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A :func:`compare` run: the figures, the per-layer report and both builds' outputs."""
+
+    result: BenchResult
+    report: ModelReport
+    outputs: list[np.ndarray]  # NPU build
+    expected: list[np.ndarray]  # llvm build
+
+
 def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
           progress: bool | None = None) -> BenchResult:
+    """The figures of :func:`compare`."""
+    return compare(name, model, target, inputs, repeat=repeat, progress=progress).result
+
+
+def compare(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
+            progress: bool | None = None) -> Comparison:
     """Build ``model`` for the NPU and for llvm, run both on ``inputs`` and compare them.
 
     The NPU figures come from a timing-only traced run (the per-layer roofline report)
@@ -278,7 +296,7 @@ def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarra
     cycles = functional.total_cycles
     npu_s = npu.hw.cycles_to_seconds(cycles)
     total_macs = info.npu_macs + info.host_macs
-    return BenchResult(
+    result = BenchResult(
         model=name, target=str(npu), npu_build_s=npu_build_s, llvm_build_s=llvm_build_s, llvm_latency_s=llvm_s,
         repeat=repeat, npu_cycles=cycles, npu_latency_s=npu_s, speedup=llvm_s / npu_s if cycles else None,
         max_abs_error=max_abs_error(outputs, expected), npu_macs=info.npu_macs, host_macs=info.host_macs,
@@ -287,6 +305,7 @@ def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarra
         efficiency=rep.efficiency, geomean_efficiency=rep.geomean_efficiency(), dram_bytes=rep.dram_bytes,
         stage_seconds=dict(info.stage_seconds),
     )
+    return Comparison(result, rep, outputs, expected)
 
 
 def model_report(prof: Profile, info: BuildInfo) -> ModelReport:

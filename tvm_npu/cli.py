@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import textwrap
 import traceback
@@ -26,6 +27,7 @@ from tvm_npu.bench import (
     bench,
     build_model,
     chrome_trace,
+    compare,
     default_inputs,
     elapsed_bar,
     input_names,
@@ -35,13 +37,19 @@ from tvm_npu.bench import (
     profile_model,
     read_inputs,
     resolve_model,
+    show_progress,
 )
 from tvm_npu.config import parse_target, target_help
+from tvm_npu.driver import npu_operators
 from tvm_npu.models import randomize_weights
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
+from tvm_npu.tir_schedules.ops import spec_key
+from tvm_npu.tuning import gains, load_records, tune_specs
 
 PROG = "tvm-npu"
+DEMO_MODEL = "tiny_convnet"
+RTOL, ATOL = 1e-4, 1e-5  # the project's float32 tolerance against llvm
 
 
 def _target_epilog() -> str:
@@ -89,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         'tvm-npu run', or in Python after 'import tvm_npu' with tvm_npu.runtime_module.load_module.""")
     _model_args(p)
     p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so", help="shared library to write")
+    p.add_argument("--records", type=Path, metavar="FILE.jsonl",
+                   help="replay the best tile per operator from tuning records ('tvm-npu tune')")
     p.add_argument("--dump-dir", type=Path, metavar="DIR",
                    help="write every intermediate form there: Relax IR after each stage and, per NPU operator, "
                         "its spec, scheduled and lowered TIR, schedule trace and program disassembly")
@@ -135,6 +145,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed llvm runs after one warm-up; the median is reported (default: %(default)s)")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write the figures as JSON")
     p.set_defaults(func=cmd_bench)
+
+    p = command("tune", "Measure candidate tiles of every NPU operator on the simulator; append JSON records.", """
+        For each distinct NPU operator, the cost model's shortlist plus a seeded random sample
+        of the other legal tiles are compiled and timed on the simulator (timing-only; cycles
+        are deterministic). An interrupted run keeps its records and resumes where it stopped.
+        Replay them with 'tvm-npu compile ... --records FILE' or build(..., records=FILE);
+        the records of other targets in the same file are ignored.""")
+    _model_args(p)
+    p.add_argument("--records", required=True, type=Path, metavar="FILE.jsonl",
+                   help="tuning records (one JSON object per line), created or appended to")
+    p.add_argument("--trials", type=int, default=16, metavar="N",
+                   help="candidate tiles measured per operator (default: %(default)s)")
+    p.set_defaults(func=cmd_tune)
+
+    p = command("demo", f"The README's main job: {DEMO_MODEL} on the NPU simulator against llvm.", f"""
+        Compiles the bundled model {DEMO_MODEL} for the NPU and for llvm, runs both on the
+        same seeded input, prints the comparison ('tvm-npu bench') and the per-layer report,
+        and fails (exit status 1) when the outputs differ by more than the float32
+        tolerance (rtol {RTOL:g}, atol {ATOL:g}).""")
+    p.add_argument("--target", default="npu",
+                   help="NPU target: 'npu' followed by -key=value options, listed below (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=10, metavar="N",
+                   help="timed llvm runs after one warm-up; the median is reported (default: %(default)s)")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -197,7 +231,7 @@ def _summary(i: int, a: np.ndarray) -> str:
 # ----------------------------------------------------------------------------- commands
 def cmd_compile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
-    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir)
+    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, records=args.records)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(args.output))
     total = info.npu_macs + info.host_macs
@@ -205,7 +239,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"NPU:  {info.partitions} partitions: {op_counts(info.npu_ops)}")
     print(f"host: {op_counts(info.host_ops)}")
     print(f"MACs: {info.npu_macs / 1e6:,.1f} M on the NPU ({info.npu_macs / total if total else 0:.1%}), "
-          f"{info.host_macs / 1e6:,.1f} M on the host; {info.layout_transforms} layout transforms on the host")
+          f"{info.host_macs / 1e6:,.1f} M on the host")
+    print(f"layout: {info.transforms_inserted} transforms inserted by planning, "
+          f"{info.layout_transforms} left on the host after folding")
     if args.dump_dir is not None:
         print(f"intermediate forms in {args.dump_dir}")
     print(f"wrote {args.output} ({args.output.stat().st_size / 1024:.0f} KiB)")
@@ -258,6 +294,45 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=1))
         print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    name, model, target = _load(args)
+    if args.trials < 1:
+        raise ValueError(f"--trials must be at least 1, not {args.trials}")
+    specs = npu_operators(model, target)
+    records = tune_specs(specs, target, args.records, args.trials, progress=show_progress(None))
+    distinct = len({spec_key(s) for s in specs})
+    print(f"tuned {name} for '{target}': {len(specs)} NPU operators ({distinct} distinct), {len(records)} new "
+          f"measurements "
+          f"appended to {args.records}")
+    rows = gains(specs, target, load_records(args.records))
+    if rows:
+        speedups = [r.speedup for r in rows]
+        print(f"best measured tile against the cost model's choice, over {len(rows)} operator signatures: "
+              f"geomean {statistics.geometric_mean(speedups):.3f}x, largest {max(speedups):.3f}x fewer cycles")
+        print(f"replay with: {PROG} compile MODEL --target '{target}' --records {args.records}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, not {args.repeat}")
+    try:
+        target = str(parse_target(args.target))
+    except ValueError as e:
+        raise ValueError(f"--target {args.target!r}: {e}") from None
+    model = BUNDLED[DEMO_MODEL]()
+    inputs = default_inputs(model)
+    run = compare(DEMO_MODEL, model, target, inputs, repeat=args.repeat)
+    print(run.report.table())
+    print("\n".join(run.result.lines()))
+    pairs = list(zip(run.outputs, run.expected, strict=False))
+    bad = [i for i, (a, b) in enumerate(pairs) if a.shape != b.shape or not np.allclose(a, b, rtol=RTOL, atol=ATOL)]
+    if bad or len(run.outputs) != len(run.expected):
+        raise ValueError(f"NPU outputs {bad} differ from llvm beyond rtol {RTOL:g} / atol {ATOL:g}")
+    print(f"outputs match llvm within rtol {RTOL:g} / atol {ATOL:g}")
     return 0
 
 

@@ -3,7 +3,8 @@
     import      ONNX model or file -> Relax (tvm.relax.frontend.onnx)
     bind        user parameters -> constants (relax.transform.BindParams)
     canonicalize  constant folding, batch-norm folding, ONNX Sum -> add
-    layout      activation layout planning (relay_patterns.layout)
+    layout      activation layout planning (relay_patterns.layout): ConvertLayout
+    fold-layout transforms next to conv2d / pooling folded into them (DMA through strides)
     partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions; host operators
                 that kept a folded layout transform get it back as a transpose
     codegen     RunCodegen: relax.ext.npu compiles each partition into an ``npu`` module
@@ -33,7 +34,12 @@ import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
 from tvm_npu.codegen.partition import partition_specs
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
-from tvm_npu.relay_patterns.layout import plan_layouts, unfold_host_layouts
+from tvm_npu.relay_patterns.layout import (
+    count_transforms,
+    fold_layout_transforms,
+    plan_layouts,
+    unfold_host_layouts,
+)
 from tvm_npu.tir_schedules.params import TileParams, tile_to_json
 
 Model = tvm.IRModule | onnx.ModelProto | str | os.PathLike
@@ -102,6 +108,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
         Stage("bind", _bind(params)),
         Stage("canonicalize", _seq(canonicalize_passes())),
         Stage("layout", lambda mod: plan_layouts(mod, target)),
+        Stage("fold-layout", _seq([fold_layout_transforms, relax.transform.FoldConstant()])),
         Stage("partition", _seq([
             relax.transform.FuseOpsByPattern(pattern_table(target), bind_constants=True, annotate_codegen=False),
             relax.transform.MergeCompositeFunctions(),
@@ -119,7 +126,8 @@ class BuildInfo:
     host_ops: dict[str, int]
     npu_macs: int
     host_macs: int
-    layout_transforms: int
+    layout_transforms: int  # left on the host
+    transforms_inserted: int  # by layout planning, before folding
     partitions: int
     stage_seconds: dict[str, float]
 
@@ -233,18 +241,23 @@ def build_with_info(
     seconds["import"] = time.perf_counter() - t0
     _dump(dump_path, 0, "import", mod)
     info = None
+    inserted = 0
+    before = count_transforms(mod)
     for i, stage in enumerate(stages(npu, params, dump_path, tiles), start=1):
         t0 = time.perf_counter()
         mod = stage.run(mod)
         seconds[stage.name] = time.perf_counter() - t0
         _dump(dump_path, i, stage.name, mod)
+        if stage.name == "layout":
+            inserted = count_transforms(mod)
         if stage.name == "partition":
             info = partition_info(mod)
     t0 = time.perf_counter()
     ex = relax.build(mod, target=host_target())
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
-    return ex, BuildInfo(*info[:5], partitions=info[5], stage_seconds=seconds)
+    return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
+                         stage_seconds=seconds)
 
 
 def host_target() -> tvm.target.Target:

@@ -84,7 +84,10 @@ def measure(spec: OpSpec, tile: TileParams, target: NpuTarget) -> int:
 
 
 def _candidates(spec: OpSpec, target: NpuTarget, trials: int, seed: int) -> list[TileParams]:
-    ranked = planner.shortlist(spec, target.hw, target.options)
+    """The cost model's choice first (so every tuning run measures what an untuned build
+    gets), then its shortlist, then a seeded sample of the other legal tiles."""
+    chosen = planner.choose(spec, target.hw, target.options)
+    ranked = [chosen, *(t for t in planner.shortlist(spec, target.hw, target.options) if t != chosen)]
     legal = [t for t, _ in planner.legal(spec, target.hw, target.options)]
     rest = [t for t in legal if t not in ranked]
     random.Random(seed).shuffle(rest)
@@ -112,6 +115,37 @@ def tune_specs(specs: Iterable[OpSpec], target: str | NpuTarget, records: str | 
                 f.flush()  # an interrupted run keeps what it measured
                 out.append(rec)
     return out
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What tuning bought on one operator signature: measured cycles of the cost model's
+    tile against the best measured tile."""
+
+    spec_key: str
+    default_cycles: int
+    best_cycles: int
+
+    @property
+    def speedup(self) -> float:
+        return self.default_cycles / self.best_cycles
+
+
+def gains(specs: Iterable[OpSpec], target: str | NpuTarget, records: Iterable[Record]) -> list[Gain]:
+    """Per distinct operator of ``specs`` whose default tile was measured: default vs best cycles."""
+    npu = parse_target(target)
+    measured: dict[str, dict[str, int]] = {}
+    for r in records:
+        if str(parse_target(r.target)) == str(npu):
+            measured.setdefault(r.spec_key, {})[json.dumps(tile_to_json(r.tile), sort_keys=True)] = r.cycles
+    out = {}
+    for spec in specs:
+        key = spec_key(spec)
+        cycles = measured.get(key, {})
+        default = json.dumps(tile_to_json(planner.choose(spec, npu.hw, npu.options)), sort_keys=True)
+        if key not in out and default in cycles:
+            out[key] = Gain(key, cycles[default], min(cycles.values()))
+    return list(out.values())
 
 
 def tiles_for(records: str | Path | None, target: str | NpuTarget) -> Mapping[str, TileParams] | None:
