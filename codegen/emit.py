@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tvm_npu.simulator import isa
-from tvm_npu.tir_schedules.common import dram_name
+from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
 from tvm_npu.tir_schedules.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
@@ -209,9 +209,11 @@ class _Operand:
 class OperatorEmitter:
     """Emits one scheduled operator into a :class:`ProgramAssembler`."""
 
-    def __init__(self, asm: ProgramAssembler, spec: OpSpec, walk: CompiledWalk, roles: dict[str, str],
-                 axes: dict[str, str], aliases: dict[str, str], layer: int) -> None:
-        self.asm, self.spec, self.walk, self.roles, self.axes, self.layer = asm, spec, walk, roles, axes, layer
+    def __init__(self, asm: ProgramAssembler, spec: OpSpec, walk: CompiledWalk, scheduled: Scheduled,
+                 layer: int) -> None:
+        self.asm, self.spec, self.walk, self.layer = asm, spec, walk, layer
+        self.roles, self.axes, self.dram_axes = scheduled.roles, scheduled.axes, scheduled.dram_axes
+        aliases = scheduled.aliases
         self.hw = asm.hw
         self.addr: dict[str, int] = {}
         self.tiles: dict[tuple[str, tuple[int, ...]], _Tile] = {}
@@ -308,11 +310,14 @@ class OperatorEmitter:
         """Remember the loaded tile's data-holding box and its global origin per dim.
 
         A dim that follows a loop takes the clamped loop range; a dim of extent one
-        (no loop) lines up with the DRAM dim in the same trailing position (copies keep
-        the tensor's dim order; pipeline versions lead on the SRAM side).
+        (no loop) lines up with the DRAM dim of the same axis name when the load changes
+        the layout (a folded transform), else with the DRAM dim in the same trailing
+        position (the copy keeps the tensor's dim order; pipeline versions lead on the SRAM side).
         """
         t_lo, t_hi, origin = [], [], []
         shift = len(dram.shape) - len(sram.shape)
+        role = self.roles.get(sram.buffer, "")
+        sram_axes, dram_axes = self.axes.get(role, ""), self.dram_axes.get(role, "")
         for d in range(len(sram.shape)):
             v = _loop_of(sram, d)
             if v is not None and v >= 0:
@@ -323,6 +328,9 @@ class OperatorEmitter:
             t_lo.append(0)
             t_hi.append(1)
             dd = d + shift
+            a = d - (len(sram.shape) - len(sram_axes))
+            if dram_axes and len(dram_axes) == len(dram.shape) and 0 <= a < len(sram_axes):
+                dd = dram_axes.find(sram_axes[a])
             origin.append(dram_base[dd] if 0 <= dd < len(dram.shape) and _loop_of(dram, dd) is None else None)
         self.tiles[(sram.buffer, sram_base)] = _Tile(tuple(t_lo), tuple(t_hi), tuple(origin))
 

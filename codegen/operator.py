@@ -33,7 +33,7 @@ def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, laye
         dump("3_lowered_tir", lowered.script())
         dump("4_walk", walk.source)
     mark = asm.sram_top
-    OperatorEmitter(asm, spec, walk, scheduled.roles, scheduled.axes, scheduled.aliases, layer).run()
+    OperatorEmitter(asm, spec, walk, scheduled, layer).run()
     asm.sram_top = mark
     return scheduled
 

@@ -85,8 +85,11 @@ def conv_out(size: int, k: int, stride: int, dilation: int, pad_lo: int, pad_hi:
 
 def conv(c: int, o: int, h: int, w: int | None = None, *, k: int = 3, kw: int | None = None, stride: int = 1,
          dilation: int = 1, pad: int | Sequence[int] | None = None, groups: int = 1, n: int = 1,
-         layout: str = "NCHW", epi: Sequence[str] = ()) -> Conv2dSpec:
-    """A float32 conv2d spec; ``pad`` is one value or (top, left, bottom, right), default 'same' for stride 1."""
+         layout: str = "NCHW", data_layout: str | None = None, epi: Sequence[str] = ()) -> Conv2dSpec:
+    """A float32 conv2d spec; ``pad`` is one value or (top, left, bottom, right), default 'same' for stride 1.
+
+    ``data_layout`` (default ``layout``) differs from ``layout`` when a layout transform was
+    folded into the input DMA."""
     w = h if w is None else w
     kw = k if kw is None else kw
     if pad is None:
@@ -94,7 +97,8 @@ def conv(c: int, o: int, h: int, w: int | None = None, *, k: int = 3, kw: int | 
     pads = (pad,) * 4 if isinstance(pad, int) else tuple(pad)
     oh = conv_out(h, k, stride, dilation, pads[0], pads[2])
     ow = conv_out(w, kw, stride, dilation, pads[1], pads[3])
-    data = TensorRef("x", _nchw_shape(layout, n, c, h, w), F32, layout)
+    data_layout = data_layout or layout
+    data = TensorRef("x", _nchw_shape(data_layout, n, c, h, w), F32, data_layout)
     out = TensorRef("y", _nchw_shape(layout, n, o, oh, ow), F32, layout)
     weight = TensorRef("w", (o, c // groups, k, kw), F32, "OIHW")
     return Conv2dSpec("conv2d", out, data=data, weight=weight, strides=(stride, stride), dilation=(dilation, dilation),
@@ -114,15 +118,17 @@ def matmul(m: int, n: int, k: int, *, batch: int = 0, batch_b: bool = True, tran
 
 def pool(c: int, h: int, w: int | None = None, *, kind: str = "max", k: int = 2, stride: int | None = None,
          pad: int | Sequence[int] = 0, count_include_pad: bool = False, n: int = 1, layout: str = "NCHW",
-         global_: bool = False, epi: Sequence[str] = ()) -> PoolSpec:
-    """A float32 max/avg pool spec (``global_``: one window over the whole image)."""
+         data_layout: str | None = None, global_: bool = False, epi: Sequence[str] = ()) -> PoolSpec:
+    """A float32 max/avg pool spec (``global_``: one window over the whole image; ``data_layout``
+    as for :func:`conv`)."""
     w = h if w is None else w
     pads = (pad,) * 4 if isinstance(pad, int) else tuple(pad)
     kernel = (h, w) if global_ else (k, k)
     strides = (1, 1) if global_ else ((stride or k),) * 2
     oh = conv_out(h, kernel[0], strides[0], 1, pads[0], pads[2])
     ow = conv_out(w, kernel[1], strides[1], 1, pads[1], pads[3])
-    data = TensorRef("x", _nchw_shape(layout, n, c, h, w), F32, layout)
+    data_layout = data_layout or layout
+    data = TensorRef("x", _nchw_shape(data_layout, n, c, h, w), F32, data_layout)
     out = TensorRef("y", _nchw_shape(layout, n, c, oh, ow), F32, layout)
     return PoolSpec(f"{kind}_pool", out, data=data, kind=PoolKind(kind), kernel=kernel, strides=strides,
                     padding=pads, count_include_pad=count_include_pad, epilogue=epilogue(epi, out, c))

@@ -41,6 +41,8 @@ class Scheduled:
     sch: s_tir.Schedule
     roles: dict[str, str] = field(default_factory=dict)  # SRAM buffer name -> role
     axes: dict[str, str] = field(default_factory=dict)  # role -> axis names of its buffer dims
+    # role -> axis names of the DRAM tensor its load reads, where that layout differs (folded transforms)
+    dram_axes: dict[str, str] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)  # SRAM buffer -> buffer it may share storage with
     loads: list[s_tir.SBlockRV] = field(default_factory=list)
     stores: list[s_tir.SBlockRV] = field(default_factory=list)

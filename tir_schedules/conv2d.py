@@ -152,6 +152,8 @@ def schedule(spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
     res = Scheduled(spec, tile, sch, axes=axes)
     nchw = spec.layout == "NCHW"
     grouped = spec.groups > 1
+    if not grouped:
+        res.dram_axes["data"] = spec.data.layout
     c = spec.in_channels // spec.groups
     blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
     loops = sch.get_loops(blk)

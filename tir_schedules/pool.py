@@ -78,7 +78,7 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
 def schedule(spec: PoolSpec, tile: PoolTile) -> Scheduled:
     inputs, final, axes = compute(spec, tile)
     sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
-    res = Scheduled(spec, tile, sch, axes=axes)
+    res = Scheduled(spec, tile, sch, axes=axes, dram_axes={"data": spec.data.layout})
     nchw = spec.layout == "NCHW"
     blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
     if nchw:

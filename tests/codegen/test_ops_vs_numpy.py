@@ -67,6 +67,13 @@ CONV_CASES: dict[str, OpSpec] = {
     "k3s2_c256_o512_h4": conv(256, 512, 4, stride=2, pad=1),
     "k3_c512_o64_h5_nhwc_bias_add_relu": conv(512, 64, 5, layout="NHWC", epi=("bias", "add", "relu")),
     "k1_n2_c64_o256_h7_nhwc": conv(64, 256, 7, k=1, n=2, layout="NHWC", epi=("bias",)),
+    # folded layout transforms: the input DMA reads the other layout (DenseNet's 1x1 classifier
+    # conv on a 1x1 image once broke the emitter)
+    "k1_c256_o100_h1_nchw_to_nhwc_bias": conv(256, 100, 1, k=1, pad=0, layout="NHWC", data_layout="NCHW",
+                                              epi=("bias",)),
+    "k1_c32_o24_h5_nhwc_to_nchw": conv(32, 24, 5, k=1, pad=0, layout="NCHW", data_layout="NHWC"),
+    "k3s2_c16_o32_h9_nchw_to_nhwc_relu": conv(16, 32, 9, stride=2, pad=1, layout="NHWC", data_layout="NCHW",
+                                              epi=("relu",)),
     "dw3_c512_h4": conv(512, 512, 4, groups=512, epi=("bias", "relu")),
     # every binary epilogue kind, per-channel and full operands
     "k3_c8_o16_h6_binary_chain": conv(8, 16, 6, epi=("add_c", "mul_c", "sub", "max", "min_c", "sigmoid")),
@@ -87,6 +94,8 @@ MATMUL_CASES: dict[str, OpSpec] = {
 POOL_CASES: dict[str, OpSpec] = {
     "max2s2_c20_h13": pool(20, 13, kind="max", k=2),
     "max3s2p1_c64_h15_nhwc": pool(64, 15, kind="max", k=3, stride=2, pad=1, layout="NHWC"),
+    "max2_c24_h6_nchw_to_nhwc": pool(24, 6, kind="max", k=2, layout="NHWC", data_layout="NCHW"),
+    "gap_c40_h3_nhwc_to_nchw": pool(40, 3, kind="avg", global_=True, layout="NCHW", data_layout="NHWC"),
     "max3s1_asym_c7_h9w11_relu": pool(7, 9, 11, kind="max", k=3, stride=1, pad=(0, 1, 1, 0), epi=("relu",)),
     "avg3s1p1_cip_c10_h9": pool(10, 9, kind="avg", k=3, stride=1, pad=1, count_include_pad=True),
     "avg3s1p1_nocip_c10_h9_nhwc": pool(10, 9, kind="avg", k=3, stride=1, pad=1, layout="NHWC"),
@@ -175,8 +184,10 @@ def conv_specs(draw: st.DrawFn) -> OpSpec:
     h = draw(st.integers(max(1, dilation * (k - 1) + 1 - pads[0] - pads[2]), 16))
     w = draw(st.integers(max(1, dilation * (kw - 1) + 1 - pads[1] - pads[3]), 16))
     epi = draw(st.lists(st.sampled_from(EPI_CHOICES), max_size=3))
+    # a folded layout transform: the input DMA reads the other layout (ungrouped convs only)
+    data_layout = draw(st.sampled_from([layout, layout, "NCHW", "NHWC"])) if groups == 1 else layout
     return conv(c, o, h, w, k=k, kw=kw, stride=stride, dilation=dilation, pad=pads, groups=groups,
-                n=draw(st.sampled_from([1, 1, 2])), layout=layout, epi=epi)
+                n=draw(st.sampled_from([1, 1, 2])), layout=layout, data_layout=data_layout, epi=epi)
 
 
 @st.composite
@@ -190,15 +201,17 @@ def matmul_specs(draw: st.DrawFn) -> OpSpec:
 @st.composite
 def pool_specs(draw: st.DrawFn) -> OpSpec:
     layout = draw(st.sampled_from(["NCHW", "NHWC"]))
+    data_layout = draw(st.sampled_from([layout, layout, "NCHW", "NHWC"]))
     kind = draw(st.sampled_from(["max", "avg"]))
     c, h, w = draw(st.integers(1, 70)), draw(st.integers(1, 16)), draw(st.integers(1, 16))
     epi = draw(st.lists(st.sampled_from(["bias", "relu", "sigmoid"]), max_size=2))
     if draw(st.booleans()) or min(h, w) < 2:
-        return pool(c, h, w, kind=kind, global_=True, layout=layout, epi=epi, n=draw(st.sampled_from([1, 2])))
+        return pool(c, h, w, kind=kind, global_=True, layout=layout, data_layout=data_layout, epi=epi,
+                    n=draw(st.sampled_from([1, 2])))
     k = draw(st.integers(2, min(h, w, 5)))
     pads = tuple(draw(st.integers(0, k - 1)) for _ in range(4))
     return pool(c, h, w, kind=kind, k=k, stride=draw(st.integers(1, 3)), pad=pads, layout=layout,
-                count_include_pad=draw(st.booleans()), epi=epi)
+                data_layout=data_layout, count_include_pad=draw(st.booleans()), epi=epi)
 
 
 @st.composite
