@@ -200,3 +200,21 @@ def run(executable: relax.VMExecutable, args: Sequence[np.ndarray]) -> np.ndarra
     """Run ``main`` of a built module on the CPU and return its (single) output as numpy."""
     vm = relax.VirtualMachine(executable, tvm.cpu())
     return vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+
+
+def repeated_block(layout: str = "NCHW", repeats: int = 3, seed: int = 0) -> tvm.IRModule:
+    """The same conv + bias + relu (one set of constants) applied ``repeats`` times, as in a
+    ResNet whose blocks share weights: partitioning defines the composite function once."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(_shape(layout, 1, 16, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, layout, seed)
+            w = relax.const((m.rng.standard_normal((16, 16, 3, 3)) / 12).astype("float32"))
+            b = m.per_channel(16)
+            y = x
+            for _ in range(repeats):
+                y = m.emit(R.nn.relu(m.emit(R.add(m.emit(R.nn.conv2d(y, w, padding=1)), b))))
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    return bb.get()

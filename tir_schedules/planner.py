@@ -169,8 +169,9 @@ class _Flow:
     restarts at every outer iteration, as ``InjectSoftwarePipeline`` indexes them; with a
     streamed reduction the per-output-tile buffers have one version.
 
-    ``floor`` is the tensor-engine work of all steps; once the tensor engine's finish
-    time plus the work still to come passes ``cutoff``, the candidate is abandoned.
+    ``floor`` is the tensor-engine work of all steps; once a lower bound of the result
+    (an engine's finish time, the tensor engine's plus the work still to come, or the
+    channel time so far) passes ``cutoff``, the candidate is abandoned.
     """
 
     def __init__(self, versions: tuple[int, int, int, int, bool], streamed: bool, floor: int = 0,
@@ -214,7 +215,7 @@ class _Flow:
         self.in_free[v_in] = self.tensor_free
         self.stationary_wait = self.tensor_free
         self.remaining -= st.tensor
-        if self.tensor_free + self.remaining > self.cutoff:
+        if max(self.tensor_free + self.remaining, self.load_free) > self.cutoff:
             raise _Pruned
         self.total = self.total + st.loads + st.store
         self.tensor += st.tensor
@@ -234,6 +235,8 @@ class _Flow:
         self.acc_free[unit % self.v_acc] = self.store_free if self.release_at_store else self.vector_free
         self.vector += st.vector
         self.stores += st.store.engine
+        if max(self.store_free, self.total.channel) > self.cutoff:  # finish times only grow
+            raise _Pruned
 
     def cycles(self) -> float:
         flow = max(self.store_free, self.vector_free, self.tensor_free, self.load_free)
@@ -594,27 +597,28 @@ def _eltwise_estimate(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConf
                       cutoff: float = math.inf) -> Estimate:
     shape = spec.out.shape
     chan = spec.out.layout.index("C") if "C" in spec.out.layout else len(shape) - 1
-    steps = []
-    boxes: Iterable = [[]]
-    for total, t in zip(shape, tile.tiles, strict=True):
-        boxes = [[*bx, ax] for bx in boxes for ax in _axis_tiles(total, t)]
-    for box in boxes:
-        lo = tuple(a for a, _ in box)
-        ext = tuple(e for _, e in box)
-        loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
-        for e in spec.epilogue:
-            if e.operand is None:
-                continue
-            if e.broadcast == Broadcast.CHANNEL:
-                loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
-            else:
-                loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
-        store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
-        # everything is consumed by the vector engine: model the loads as epilogue operands
-        steps.append(_Step(_Copy(), 0, True, _vector(hw, spec, math.prod(ext)), store, None, loads, len(steps)))
+
+    def gen() -> Iterator[_Step]:  # lazily: quick_estimate looks at the first few tiles only
+        for slot, box in enumerate(itertools.product(*(_axis_tiles(n, t) for n, t in zip(shape, tile.tiles,
+                                                                                             strict=True)))):
+            lo = tuple(a for a, _ in box)
+            ext = tuple(e for _, e in box)
+            loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
+            for e in spec.epilogue:
+                if e.operand is None:
+                    continue
+                if e.broadcast == Broadcast.CHANNEL:
+                    loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
+                else:
+                    loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
+            store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
+            # everything is consumed by the vector engine: model the loads as epilogue operands
+            yield _Step(_Copy(), 0, True, _vector(hw, spec, math.prod(ext)), store, None, loads, slot)
+
     if cutoff is _FIRST:
-        return iter(steps)
-    return _run(hw, spec, tile, steps, len(steps) > 1, cutoff)
+        return gen()
+    n_tiles = math.prod(_ceil(n, t) for n, t in zip(shape, tile.tiles, strict=True))
+    return _run(hw, spec, tile, gen(), n_tiles > 1, cutoff)
 
 
 def _eltwise_footprint(spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> int:
@@ -924,8 +928,16 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TilePara
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
     short = _shortlist(spec, hw, ok)
-    estimates = [(estimate(spec, t, hw), fp, i) for i, (t, fp) in enumerate(short)]
-    fastest = min(e.cycles for e, _, _ in estimates)
+    # fastest-looking first, so the cutoff prunes most of the rest early: a candidate pruned
+    # at (1 + slack) x the running best can never be within the slack of the final best
+    short.sort(key=lambda tf: quick_estimate(spec, tf[0], hw))
+    estimates: list[tuple[Estimate, int, int]] = []
+    fastest = math.inf
+    for i, (t, fp) in enumerate(short):
+        e = _estimate_below(spec, t, hw, fastest * (1 + TRAFFIC_SLACK))
+        if e is not None:
+            estimates.append((e, fp, i))
+            fastest = min(fastest, e.cycles)
     near = [(e.dram_bytes, e.cycles, fp, i) for e, fp, i in estimates if e.cycles <= fastest * (1 + TRAFFIC_SLACK)]
     return short[min(near)[3]][0]
 

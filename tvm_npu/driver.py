@@ -148,26 +148,49 @@ def _call_macs(call: relax.Call) -> int:
 
 
 def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], int, int, int, int]:
-    """(NPU op counts, host op counts, NPU MACs, host MACs, host layout transforms, partitions)."""
-    npu: dict[str, int] = {}
-    host: dict[str, int] = {}
+    """(NPU op counts, host op counts, NPU MACs, host MACs, host layout transforms, partitions).
+
+    Operators are counted per execution from ``main``: a composite or partition function
+    called several times (partitioning reuses one definition for identical operators,
+    e.g. the repeated blocks of a ResNet with equal weights) counts once per call.
+    """
+    counts: dict[str, dict[str, int]] = {"npu": {}, "host": {}}
     macs = {"npu": 0, "host": 0}
-    partitions = 0
-    for _, func in mod.functions.items():
-        if not isinstance(func, relax.Function):
-            continue
-        is_npu = bool(func.attrs) and "Codegen" in func.attrs
-        partitions += is_npu
-        counts = npu if is_npu else host
+    npu_funcs = {gv.name_hint for gv, f in mod.functions.items()
+                 if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
 
-        def visit(e: relax.Expr, counts: dict = counts, where: str = "npu" if is_npu else "host") -> None:
-            if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
-                counts[e.op.name] = counts.get(e.op.name, 0) + 1
-                macs[where] += _call_macs(e)
+    def call(e: relax.Call, where: str, local: dict[relax.Var, relax.Function]) -> None:
+        if isinstance(e.op, tvm.ir.Op):
+            counts[where][e.op.name] = counts[where].get(e.op.name, 0) + 1
+            macs[where] += _call_macs(e)
+        elif isinstance(e.op, relax.GlobalVar) and isinstance(mod[e.op], relax.Function):
+            run(mod[e.op], "npu" if e.op.name_hint in npu_funcs else where)
+        elif isinstance(e.op, relax.Var) and e.op in local:
+            run(local[e.op], where)
+        for arg in e.args:
+            expr(arg, where, local)
 
-        relax.analysis.post_order_visit(func.body, visit)
-    transforms = sum(host.get(t, 0) for t in _TRANSFORMS)
-    return npu, host, macs["npu"], macs["host"], transforms, partitions
+    def expr(e: relax.Expr, where: str, local: dict[relax.Var, relax.Function]) -> None:
+        if isinstance(e, relax.Call):
+            call(e, where, local)
+        elif isinstance(e, relax.Tuple):
+            for f in e.fields:
+                expr(f, where, local)
+        elif isinstance(e, relax.SeqExpr):
+            for block in e.blocks:
+                for b in block.bindings:
+                    if isinstance(b.value, relax.Function):  # a local definition runs only when called
+                        local[b.var] = b.value
+                    else:
+                        expr(b.value, where, local)
+            expr(e.body, where, local)
+
+    def run(func: relax.Function, where: str) -> None:
+        expr(func.body, where, {})
+
+    run(mod["main"], "host")
+    transforms = sum(counts["host"].get(t, 0) for t in _TRANSFORMS)
+    return counts["npu"], counts["host"], macs["npu"], macs["host"], transforms, len(npu_funcs)
 
 
 def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> None:
