@@ -6,10 +6,11 @@ Importing this package registers the pattern table for the default target, so
 
 from .canonicalize import canonicalize_passes
 from .extract import ExtractedOp, extract_from_context, extract_op
-from .patterns import make_check, pattern_table
+from .patterns import HostFallbackWarning, make_check, pattern_table
 
 __all__ = [
     "ExtractedOp",
+    "HostFallbackWarning",
     "canonicalize_passes",
     "extract_from_context",
     "extract_op",

@@ -14,11 +14,13 @@ static shapes, layouts) and the planner finds a tile that fits the SRAM budget.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 from tvm.relax.backend.pattern_registry import register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
+from tvm_npu.tir_schedules.ops import ElementwiseSpec, OpSpec
 from tvm_npu.tir_schedules.planner import fits
 
 from tvm_npu.config import NpuTarget
@@ -100,8 +102,22 @@ def _leaks(ctx: PatternCheckContext) -> bool:
     return False
 
 
+class HostFallbackWarning(UserWarning):
+    """An operator the NPU supports runs on the host: no tile of it fits the SRAM budget."""
+
+
+def _bare(spec: OpSpec) -> bool:
+    """Whether ``spec`` is a single operator, the last pattern tried for it (nothing smaller follows)."""
+    return len(spec.epilogue) == (1 if isinstance(spec, ElementwiseSpec) else 0)
+
+
 def make_check(target: NpuTarget) -> CheckFn:
-    """Accept a match when it extracts to a supported spec that the planner can tile into SRAM."""
+    """Accept a match when it extracts to a supported spec that the planner can tile into SRAM.
+
+    When even the bare operator does not fit, it stays on the host and a
+    :class:`HostFallbackWarning` says so (a fused variant that does not fit is not a
+    fallback: the operator is offered again with a shorter epilogue).
+    """
 
     def check(ctx: PatternCheckContext) -> bool:
         if _leaks(ctx):
@@ -110,7 +126,15 @@ def make_check(target: NpuTarget) -> CheckFn:
             op = extract_from_context(ctx)
         except ValueError:
             return False
-        return bool(fits(op.spec, target.hw, target.options))
+        if fits(op.spec, target.hw, target.options):
+            return True
+        if _bare(op.spec):
+            out = op.spec.out
+            warnings.warn(
+                f"{op.spec.name} with output {list(out.shape)} {out.dtype.np.name} runs on the host (llvm): no tile "
+                f"of it fits -max-sram-bytes={target.hw.max_sram_bytes} with "
+                f"-pipeline-stages={target.options.pipeline_stages}", HostFallbackWarning, stacklevel=2)
+        return False
 
     return check
 

@@ -6,6 +6,7 @@ callback, so ``tvm.runtime.load_module`` of an exported NPU model works afterwar
 
 from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_target
 from .driver import BuildInfo, build, build_reference, build_with_info, load_model, npu_operators, tune
+from .relay_patterns import HostFallbackWarning
 from .runtime import PartitionRun, Profile, last_runs, profile
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "CompilerOptions",
     "DType",
     "HardwareConfig",
+    "HostFallbackWarning",
     "NpuTarget",
     "PartitionRun",
     "Profile",

@@ -14,6 +14,7 @@ import statistics
 import sys
 import textwrap
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -336,7 +337,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     """The first line of an error message (TVM's span several lines), never empty."""
     lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
     return lines[0] if lines else type(e).__name__
@@ -345,6 +346,11 @@ def _one_line(e: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tvm-npu`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+
+    def one_line_warning(message: Warning | str, *_where: object, **_kw: object) -> None:
+        print(f"{PROG} {args.command}: warning: {_one_line(message)}", file=sys.stderr)
+
+    warnings.showwarning = one_line_warning
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -265,6 +265,21 @@ def test_corrupted_library(library: Path, inputs: dict[str, np.ndarray], tmp_pat
     assert any(w in line.lower() for w in ("truncated", "corrupt", "invalid elf")), line
 
 
+def test_host_fallback_is_a_one_line_warning(tmp_path: Path) -> None:
+    """A 3x3 conv of 64 channels needs 9 KiB of weights per smallest tile: with 8 KiB it stays on the host."""
+    w = onnx.numpy_helper.from_array(np.full((64, 64, 3, 3), 0.01, np.float32), "w")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv3x3",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64, 6, 6])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64, 6, 6])], [w])
+    path = tmp_path / "conv3x3.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), str(path))
+    proc = cli("compile", path, "--target", "npu -max-sram-bytes=8192", "-o", tmp_path / "c.so")
+    assert ok(proc) and "host: conv2d x1" in proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("tvm-npu compile: warning: conv2d") and "-max-sram-bytes=8192" in line, line
+
+
 def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
     proc = cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so", "--verbose")
     assert proc.returncode == 1

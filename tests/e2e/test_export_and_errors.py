@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -217,8 +218,17 @@ def test_sram_too_small_for_an_operator_falls_back_to_the_host() -> None:
     expected = rm.run(tvm_npu.build_reference(mod), args)
     layers = {}
     for target in ("npu", "npu -max-sram-bytes=8192"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ex = tvm_npu.build(mod, target)
+        fallbacks = [str(w.message) for w in caught if issubclass(w.category, tvm_npu.HostFallbackWarning)]
+        if target == "npu":
+            assert fallbacks == []
+        else:  # one warning, for the 3x3 conv, naming the budget
+            assert len(fallbacks) == 1 and "conv2d" in fallbacks[0] and "[1, 64, 6, 6]" in fallbacks[0]
+            assert "-max-sram-bytes=8192" in fallbacks[0] and "host" in fallbacks[0]
         with tvm_npu.profile() as prof:
-            out = rm.run(tvm_npu.build(mod, target), args)
+            out = rm.run(ex, args)
         np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
         budget = parse_target(target).hw.max_sram_bytes
         assert all(r.stats.sram_high_water <= budget for r in prof.runs)
@@ -230,8 +240,10 @@ def test_sram_too_small_for_an_operator_falls_back_to_the_host() -> None:
 def test_sram_too_small_for_every_operator_runs_everything_on_the_host() -> None:
     mod = _two_convs(first=False)
     args = rm.inputs_for(mod)
+    with pytest.warns(tvm_npu.HostFallbackWarning, match="-max-sram-bytes=8192"):
+        ex = tvm_npu.build(mod, "npu -max-sram-bytes=8192")
     with tvm_npu.profile() as prof:
-        out = rm.run(tvm_npu.build(mod, "npu -max-sram-bytes=8192"), args)
+        out = rm.run(ex, args)
     np.testing.assert_allclose(out, rm.run(tvm_npu.build_reference(mod), args), rtol=RTOL, atol=ATOL)
     assert prof.runs == []
 
