@@ -8,6 +8,7 @@ import tvm
 from tvm import relax
 
 import tvm_npu
+from tvm_npu.config import parse_target
 from tvm_npu.models import backend_inputs, tiny_convnet
 
 
@@ -52,3 +53,16 @@ def test_fusion_levels_cut_dram_traffic(reference: np.ndarray) -> None:
         traffic[level] = sum(r.stats.dma_load_bytes + r.stats.dma_store_bytes for r in prof.runs)
     assert traffic[1] < traffic[0]  # epilogues fused: intermediates never written
     assert traffic[2] < traffic[1]  # small intermediates kept in SRAM between operators
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("fusion", [0, 1, 2])
+@pytest.mark.parametrize("pref", ["NCHW", "NHWC", "auto"])
+def test_every_layout_fusion_pipeline_combination(pref: str, fusion: int, stages: int,
+                                                  reference: np.ndarray) -> None:
+    """tiny_convnet (conv/bn/relu, a residual add, pools, dense) under all 27 combinations."""
+    target = f"npu -layout-pref={pref} -fusion={fusion} -pipeline-stages={stages}"
+    out, prof, info = _run(tiny_convnet(), target)
+    np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-5, err_msg=target)
+    assert info.host_macs == 0 and info.layout_transforms == 0
+    assert prof.runs and all(r.stats.sram_high_water <= parse_target(target).hw.max_sram_bytes for r in prof.runs)
