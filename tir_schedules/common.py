@@ -57,6 +57,15 @@ def placeholder(ref: TensorRef, shape: Sequence[int] | None = None, name: str | 
     return te.placeholder(tuple(shape or ref.shape), ref.dtype.np.name, name=name or ref.name)
 
 
+def padded_reader(ref: TensorRef, tensor: te.Tensor, pad_top: int, pad_left: int) -> Callable[..., tirx.PrimExpr]:
+    """``read(b, c, y, x)``: ``tensor`` (a DRAM input in ``ref.layout``) at NCHW coordinates of the
+    padded image, so the input DMA reads the data in its own layout whatever layout the NPU
+    computes in (a folded layout transform)."""
+    if ref.layout == "NCHW":
+        return lambda b, c, y, x: tensor[b, c, y - pad_top, x - pad_left]
+    return lambda b, c, y, x: tensor[b, y - pad_top, x - pad_left, c]
+
+
 def operand_name(ref: TensorRef, index: int) -> str:
     """TE name of epilogue step ``index``'s operand: unique even if the tensor is also the data."""
     return f"{ref.name}{OPERAND_TAG}{index}"

@@ -26,6 +26,7 @@ from .common import (
     epilogue_stages,
     extent,
     mark,
+    padded_reader,
     pipeline,
     placeholder,
     result_store,
@@ -71,10 +72,7 @@ def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tenso
     if not grouped:
         data = placeholder(spec.data)
         weight = placeholder(spec.weight)
-        def read(b, cc, hh, ww):  # the input DMA reads the data in its own DRAM layout
-            if spec.data.layout == "NCHW":
-                return data[b, cc, hh - pt, ww - pl]
-            return data[b, hh - pt, ww - pl, cc]
+        read = padded_reader(spec.data, data, pt, pl)
 
         if nchw:
             pad = te.compute((n, cp, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(

@@ -16,6 +16,7 @@ from .common import (
     buffer_name,
     epilogue_stages,
     mark,
+    padded_reader,
     pipeline,
     placeholder,
     result_store,
@@ -43,10 +44,7 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     def valid(hh, ww):
         return tirx.all(hh >= pt, hh < h + pt, ww >= pl, ww < w + pl)
 
-    def read(b, cc, hh, ww):  # the input DMA reads the data in its own DRAM layout
-        if spec.data.layout == "NCHW":
-            return data[b, cc, hh - pt, ww - pl]
-        return data[b, hh - pt, ww - pl, cc]
+    read = padded_reader(spec.data, data, pt, pl)
 
     if nchw:
         pad = te.compute((n, c, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(
