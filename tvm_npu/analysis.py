@@ -120,7 +120,8 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
     drains), so a layer is charged from the later of its first start and the previous
     layer's last end, to its own last end: the layers' cycles add up to the run's.
     The binding resource is the busiest of the tensor engine, the vector engine and
-    the DRAM channel (cycles spent moving the layer's bytes).
+    the DRAM channel (cycles spent moving the layer's bytes); an engine blocked on a
+    semaphore is waiting, not busy.
     """
     hw = parse_target(run.artifact.target).hw
     program = decode_program(run.artifact.program)
@@ -134,11 +135,13 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
         moved = wasted = 0
         for i in range(layer.first, layer.last):
             ins = program.instructions[i]
+            waiting = isinstance(ins, isa.Wait | isa.Signal)  # synchronisation, not work
             for ev in events.get(i, ()):
                 if ev.track != "DRAM":
                     start, end = min(start, ev.start), max(end, ev.end)
                 key = ev.track.lower() if ev.track in ("TENSOR", "VECTOR") else ev.track
-                busy[key] += ev.end - ev.start
+                if not waiting:
+                    busy[key] += ev.end - ev.start
             if isinstance(ins, isa.DmaLoad | isa.DmaStore):
                 cost = dma_cost(hw, ins)
                 moved += cost.useful_bytes
