@@ -135,6 +135,7 @@ def _drop_dropout(func: relax.Function) -> relax.Function:
 @tvm.transform.module_pass(opt_level=0, name="tvm_npu.RemoveDropout")
 def remove_dropout(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Inference: dropout is the identity (and its tuple result confuses layout conversion)."""
+    mod = mod.clone()  # a pass returns a new module; its input stays as it was
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mod[gv] = _drop_dropout(func)
@@ -144,6 +145,7 @@ def remove_dropout(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IR
 @tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldBatchNorm")
 def fold_batch_norm(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Fold inference batch-norm into the preceding conv2d's weights and a bias add."""
+    mod = mod.clone()  # a pass returns a new module; its input stays as it was
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mod[gv] = _fold_bn_into_conv(func)
@@ -153,6 +155,7 @@ def fold_batch_norm(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.I
 @tvm.transform.module_pass(opt_level=0, name="tvm_npu.SimplifySumOfStack")
 def simplify_sum_of_stack(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Rewrite the ONNX importer's ``Sum`` lowering into plain adds."""
+    mod = mod.clone()  # a pass returns a new module; its input stays as it was
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mod[gv] = _SumOfStack().visit_expr(func)

@@ -12,6 +12,8 @@ output DMA writes, the other layout through strides), so it never runs on the ho
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
@@ -24,7 +26,6 @@ from tvm_npu.config import DType, Layout, NpuTarget
 _TO = {"NCHW": "NHWC", "NHWC": "NCHW"}
 _PERM = {("NCHW", "NHWC"): [0, 2, 3, 1], ("NHWC", "NCHW"): [0, 3, 1, 2]}
 _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
-TRANSFORM_OPS = ("relax.permute_dims", "relax.layout_transform")
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
@@ -69,8 +70,9 @@ def _conv_cycles(call: relax.Call, layout: str, target: NpuTarget) -> float | No
     return planner.estimate(spec, tile, target.hw).cycles
 
 
-def preferred_layout(mod: tvm.IRModule, target: NpuTarget) -> str | None:
-    """The layout the model's convolutions prefer, weighted by cycles (None: keep the model's)."""
+def preferred_layout(mod: tvm.IRModule, target: NpuTarget) -> tuple[str, float] | None:
+    """The layout the model's convolutions prefer and the NPU cycles it saves, by the cost
+    model (None: keep the model's layout)."""
     votes: dict[str, float] = {"NCHW": 0.0, "NHWC": 0.0}
     current: set[str] = set()
     for _, func in mod.functions.items():
@@ -91,7 +93,24 @@ def preferred_layout(mod: tvm.IRModule, target: NpuTarget) -> str | None:
         return None
     (src,) = current
     other = _TO[src]
-    return other if votes[other] > votes[src] else None
+    return (other, votes[other] - votes[src]) if votes[other] > votes[src] else None
+
+
+def _host_transform_cycles(mod: tvm.IRModule, target: NpuTarget) -> float:
+    """What the layout transforms left in ``mod`` after folding cost: each is charged a DRAM
+    round trip of its tensor (the host transposes it in memory, as a separate NPU op would)."""
+    total = 0.0
+
+    def visit(e: relax.Expr) -> None:
+        nonlocal total
+        if is_layout_transform(e):
+            shape = _shape(e)
+            if shape is not None:
+                total += 2 * math.prod(shape) * DType.from_str(str(e.ty.dtype)).itemsize
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return total / target.hw.dram_bytes_per_cycle
 
 
 def _fold_transforms(func: relax.Function) -> relax.Function:
@@ -170,6 +189,7 @@ def _rebuild_pool(p: relax.Call, out_layout: str) -> relax.Call:
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldLayoutTransforms")
 def fold_layout_transforms(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    mod = mod.clone()  # a pass returns a new module; its input stays as it was
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mod[gv] = _fold_transforms(func)
@@ -209,6 +229,7 @@ def _unfold(func: relax.Function) -> relax.Function:
 def unfold_host_layouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
     """Undo a folded transform on operators the partitioner left on the host: TVM's llvm
     lowering of conv2d / pooling needs the output in the input's layout."""
+    mod = mod.clone()  # a pass returns a new module; its input stays as it was
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
             mod[gv] = _unfold(func)
@@ -216,30 +237,53 @@ def unfold_host_layouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> t
 
 
 def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
-    """Convert activation layouts by ``-layout-pref`` (or the cost model's vote for ``auto``);
-    the transforms this inserts are folded by :func:`fold_layout_transforms` afterwards."""
+    """Convert activation layouts by ``-layout-pref``, or for ``auto`` by the cost model's vote;
+    the transforms this inserts are folded by :func:`fold_layout_transforms` afterwards.
+
+    ``auto`` converts only when the NPU cycles the vote saves exceed the cost of the
+    transforms that folding cannot remove (they would run on the host, e.g. around the
+    reshapes of a channel shuffle)."""
     pref = target.options.layout_pref
-    layout = preferred_layout(mod, target) if pref == Layout.AUTO else pref.value
-    if layout is None:
+    if pref != Layout.AUTO:
+        return _convert(mod, pref.value)
+    vote = preferred_layout(mod, target)
+    if vote is None:
         return mod
+    layout, saved = vote
+    converted = _convert(mod, layout)
+    with tvm.transform.PassContext(opt_level=3):
+        left = fold_layout_transforms(converted)
+    return converted if _host_transform_cycles(left, target) < saved else mod
+
+
+def _convert(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     # pooling and elementwise ops follow their producer (ConvertLayout takes no desired layout for them)
     desired = {"relax.nn.conv2d": [layout, "OIHW"]}
     with tvm.transform.PassContext(opt_level=3):
         return relax.transform.ConvertLayout(desired)(mod)
 
 
+def is_layout_transform(e: relax.Expr) -> bool:
+    """An NCHW<->NHWC transform of an activation (a ``layout_transform``, or a ``permute_dims``
+    by one of the two permutations; other permutes, e.g. a channel shuffle, are computation)."""
+    if not (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op)) or isinstance(e.args[0], GenericConst):
+        return False
+    if e.op.name == "relax.layout_transform":
+        return True
+    if e.op.name != "relax.permute_dims" or e.attrs.axes is None:
+        return False
+    return [int(a) for a in e.attrs.axes] in _PERM.values()
+
+
 def count_transforms(mod: tvm.IRModule) -> int:
-    """Layout transforms of activations (``permute_dims``, ``layout_transform`` of a non-constant)."""
+    """Layout transforms of activations in ``mod`` (see :func:`is_layout_transform`)."""
     count = 0
 
     def visit(e: relax.Expr) -> None:
         nonlocal count
-        if (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in TRANSFORM_OPS
-                and not isinstance(e.args[0], GenericConst)):
-            count += 1
+        count += is_layout_transform(e)
 
     for _, func in mod.functions.items():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, visit)
     return count
-

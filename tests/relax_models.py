@@ -218,3 +218,20 @@ def repeated_block(layout: str = "NCHW", repeats: int = 3, seed: int = 0) -> tvm
             gv = bb.emit_output(y)
         bb.emit_func_output(gv)
     return bb.get()
+
+
+def channel_shuffle(c: int = 64, hw: int = 8, groups: int = 4, seed: int = 0) -> tvm.IRModule:
+    """conv 1x1 -> channel shuffle (reshape, transpose, reshape: host operators) -> conv 3x3,
+    in NCHW as ShuffleNet exports it."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, c, hw, hw), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, "NCHW", seed)
+            y = m.emit(R.nn.relu(m.bias(m.conv(x, c, 1))))
+            y = m.emit(R.reshape(y, (1, groups, c // groups, hw, hw)))
+            y = m.emit(R.permute_dims(y, [0, 2, 1, 3, 4]))
+            y = m.emit(R.reshape(y, (1, c, hw, hw)))
+            gv = bb.emit_output(m.emit(R.nn.relu(m.bias(m.conv(y, c, 3, pad=1)))))
+        bb.emit_func_output(gv)
+    return bb.get()

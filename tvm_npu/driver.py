@@ -37,6 +37,7 @@ from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
 from tvm_npu.relay_patterns.layout import (
     count_transforms,
     fold_layout_transforms,
+    is_layout_transform,
     plan_layouts,
     unfold_host_layouts,
 )
@@ -132,7 +133,6 @@ class BuildInfo:
     stage_seconds: dict[str, float]
 
 
-_TRANSFORMS = ("relax.permute_dims", "relax.layout_transform")
 
 
 def _call_macs(call: relax.Call) -> int:
@@ -148,7 +148,7 @@ def _call_macs(call: relax.Call) -> int:
 
 
 def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], int, int, int, int]:
-    """(NPU op counts, host op counts, NPU MACs, host MACs, host layout transforms, partitions).
+    """(NPU op counts, host op counts, NPU MACs, host MACs, layout transforms on the host, partitions).
 
     Operators are counted per execution from ``main``: a composite or partition function
     called several times (partitioning reuses one definition for identical operators,
@@ -156,13 +156,16 @@ def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], i
     """
     counts: dict[str, dict[str, int]] = {"npu": {}, "host": {}}
     macs = {"npu": 0, "host": 0}
+    transforms = 0
     npu_funcs = {gv.name_hint for gv, f in mod.functions.items()
                  if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
 
     def call(e: relax.Call, where: str, local: dict[relax.Var, relax.Function]) -> None:
+        nonlocal transforms
         if isinstance(e.op, tvm.ir.Op):
             counts[where][e.op.name] = counts[where].get(e.op.name, 0) + 1
             macs[where] += _call_macs(e)
+            transforms += where == "host" and is_layout_transform(e)
         elif isinstance(e.op, relax.GlobalVar) and isinstance(mod[e.op], relax.Function):
             run(mod[e.op], "npu" if e.op.name_hint in npu_funcs else where)
         elif isinstance(e.op, relax.Var) and e.op in local:
@@ -189,7 +192,6 @@ def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], i
         expr(func.body, where, {})
 
     run(mod["main"], "host")
-    transforms = sum(counts["host"].get(t, 0) for t in _TRANSFORMS)
     return counts["npu"], counts["host"], macs["npu"], macs["host"], transforms, len(npu_funcs)
 
 

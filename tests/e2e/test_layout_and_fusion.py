@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import relax_models as rm
 import tvm
 from tvm import relax
+from tvm_npu.relay_patterns.layout import preferred_layout
 
 import tvm_npu
 from tvm_npu.config import parse_target
@@ -66,3 +68,19 @@ def test_every_layout_fusion_pipeline_combination(pref: str, fusion: int, stages
     np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-5, err_msg=target)
     assert info.host_macs == 0 and info.layout_transforms == 0
     assert prof.runs and all(r.stats.sram_high_water <= parse_target(target).hw.max_sram_bytes for r in prof.runs)
+
+
+def test_auto_layout_weighs_transforms_it_cannot_fold() -> None:
+    """Around a channel shuffle (reshape/transpose on the host) the conv vote alone prefers NHWC,
+    but converting would leave transposes on the host that cost more than the vote saves."""
+    mod = rm.channel_shuffle()
+    vote = preferred_layout(mod, parse_target("npu"))
+    assert vote is not None and vote[0] == "NHWC"  # the scenario: the convs alone would convert
+    args = rm.inputs_for(mod)
+    expected = rm.run(tvm_npu.build_reference(mod), args)
+    left = {}
+    for pref in ("auto", "NHWC"):
+        ex, info = tvm_npu.build_with_info(mod, f"npu -layout-pref={pref}")
+        np.testing.assert_allclose(rm.run(ex, args), expected, rtol=1e-4, atol=1e-5)
+        left[pref] = info.layout_transforms
+    assert left == {"auto": 0, "NHWC": 2}
