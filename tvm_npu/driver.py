@@ -179,6 +179,9 @@ def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], i
         elif isinstance(e, relax.Tuple):
             for f in e.fields:
                 expr(f, where, local)
+        elif isinstance(e, relax.If):  # both branches: an upper bound of what one run executes
+            for branch in (e.true_branch, e.false_branch):
+                expr(branch, where, local)
         elif isinstance(e, relax.SeqExpr):
             for block in e.blocks:
                 for b in block.bindings:
