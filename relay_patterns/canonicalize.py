@@ -132,34 +132,22 @@ def _drop_dropout(func: relax.Function) -> relax.Function:
     return rewrite_call(root, lambda _orig, m: m[x], func)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_npu.RemoveDropout")
-def remove_dropout(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.RemoveDropout")
+def remove_dropout(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """Inference: dropout is the identity (and its tuple result confuses layout conversion)."""
-    mod = mod.clone()  # a pass returns a new module; its input stays as it was
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = _drop_dropout(func)
-    return mod
+    return _drop_dropout(func)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldBatchNorm")
-def fold_batch_norm(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.FoldBatchNorm")
+def fold_batch_norm(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """Fold inference batch-norm into the preceding conv2d's weights and a bias add."""
-    mod = mod.clone()  # a pass returns a new module; its input stays as it was
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = _fold_bn_into_conv(func)
-    return mod
+    return _fold_bn_into_conv(func)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_npu.SimplifySumOfStack")
-def simplify_sum_of_stack(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.SimplifySumOfStack")
+def simplify_sum_of_stack(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """Rewrite the ONNX importer's ``Sum`` lowering into plain adds."""
-    mod = mod.clone()  # a pass returns a new module; its input stays as it was
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = _SumOfStack().visit_expr(func)
-    return mod
+    return _SumOfStack().visit_expr(func)
 
 
 def canonicalize_passes() -> list[tvm.transform.Pass]:

@@ -187,13 +187,11 @@ def _rebuild_pool(p: relax.Call, out_layout: str) -> relax.Call:
               out_layout=out_layout, **extra)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_npu.FoldLayoutTransforms")
-def fold_layout_transforms(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-    mod = mod.clone()  # a pass returns a new module; its input stays as it was
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gv] = _fold_transforms(func)
-    return mod
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.FoldLayoutTransforms")
+def fold_layout_transforms(func: relax.Function, _mod: tvm.IRModule,
+                           _ctx: tvm.transform.PassContext) -> relax.Function:
+    """Fold NCHW<->NHWC transforms into the conv2d / pooling next to them."""
+    return _fold_transforms(func)
 
 
 def _unfold(func: relax.Function) -> relax.Function:
@@ -225,15 +223,12 @@ def _unfold(func: relax.Function) -> relax.Function:
     return func
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_npu.UnfoldHostLayoutTransforms")
-def unfold_host_layouts(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.UnfoldHostLayoutTransforms")
+def unfold_host_layouts(func: relax.Function, _mod: tvm.IRModule,
+                        _ctx: tvm.transform.PassContext) -> relax.Function:
     """Undo a folded transform on operators the partitioner left on the host: TVM's llvm
     lowering of conv2d / pooling needs the output in the input's layout."""
-    mod = mod.clone()  # a pass returns a new module; its input stays as it was
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
-            mod[gv] = _unfold(func)
-    return mod
+    return func if func.attrs and "Codegen" in func.attrs else _unfold(func)
 
 
 def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
