@@ -38,12 +38,14 @@ def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, laye
     return scheduled
 
 
-def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> isa.Program:
-    """One operator as a complete program (its tensors as inputs/outputs), for tuning and tests."""
+def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tuple[isa.Program, int]:
+    """One operator as a complete program (its tensors as inputs/outputs), for tuning and tests,
+    and the SRAM bytes the emitter allocated for it."""
     asm = ProgramAssembler(hw)
     for t in spec.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)
     compile_operator(asm, spec, tile, 0)
     instructions, _ = insert_semaphores(hw, asm.instructions, asm.layer_of)
-    return isa.Program(hw.config_hash, tuple(asm.tensors), (*instructions, isa.End()), asm.constants)
+    program = isa.Program(hw.config_hash, tuple(asm.tensors), (*instructions, isa.End()), asm.constants)
+    return program, asm.sram_peak

@@ -1,8 +1,8 @@
 """Shared test helpers: operator-spec builders, a float64 numpy reference, one-op compile + simulate.
 
-``run_op(spec, tile, hw)`` compiles one operator exactly as the partition codegen does
-(``compile_operator`` into a fresh ``ProgramAssembler``, then the semaphore pass) and
-runs it on the simulator with seeded random inputs; ``reference(spec, env)`` computes
+``run_op(spec, tile, hw)`` compiles one operator as the tuner does
+(``codegen.operator.standalone_program``: the partition codegen's emitter and semaphore
+pass on one operator) and runs it on the simulator with seeded random inputs; ``reference(spec, env)`` computes
 what the operator means in float64 from the same (fp32) inputs.
 """
 
@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import erf
-from tvm_npu.codegen.emit import ProgramAssembler
-from tvm_npu.codegen.operator import compile_operator
-from tvm_npu.codegen.sync import insert_semaphores
+from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.simulator import RunStats, Simulator, isa
 from tvm_npu.tir_schedules import planner
 from tvm_npu.tir_schedules.ops import (
@@ -265,20 +263,9 @@ class OpRun:
     program: isa.Program
 
 
-def compile_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tuple[isa.Program, int]:
-    """``spec`` with ``tile`` as a one-operator program, and the SRAM the emitter allocated."""
-    asm = ProgramAssembler(hw)
-    for t in spec.inputs:
-        asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
-    asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)
-    compile_operator(asm, spec, tile, 0)
-    ins, _ = insert_semaphores(hw, asm.instructions, asm.layer_of)
-    return isa.Program(hw.config_hash, tuple(asm.tensors), (*ins, isa.End()), asm.constants), asm.sram_peak
-
-
 def run_op(spec: OpSpec, tile: TileParams, hw: HardwareConfig, seed: int = 0, timing_only: bool = False) -> OpRun:
     """Compile ``spec`` with ``tile``, simulate it on random inputs, return outputs, reference and stats."""
-    program, peak = compile_program(spec, tile, hw)
+    program, peak = standalone_program(spec, tile, hw)
     if timing_only:
         r = Simulator(hw).run(program, timing_only=True)
         return OpRun(None, None, r.stats, peak, program)

@@ -79,7 +79,7 @@ def best_tiles(records: Iterable[Record], target: str | NpuTarget) -> dict[str, 
 
 def measure(spec: OpSpec, tile: TileParams, target: NpuTarget) -> int:
     """Simulated cycles of one operator compiled with ``tile`` (the real codegen, timing-only)."""
-    program = standalone_program(spec, tile, target.hw)
+    program, _ = standalone_program(spec, tile, target.hw)
     return Simulator(target.hw).run(program, timing_only=True).stats.total_cycles
 
 
