@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm_npu.simulator import isa
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
+from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
-from tvm_npu.tir_schedules.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
 from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.epilogue import RULES
+from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
 from .tir_walk import Access, CompiledWalk, Event, SramBuffer
-
-SRAM_SCOPE = "global.npu_sram"
 
 
 class EmitError(RuntimeError):
@@ -50,13 +50,6 @@ def row_major(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- program state
-@dataclass
-class InstrMeta:
-    """Which operator an instruction belongs to (for per-layer reports)."""
-
-    layer: int
-
-
 @dataclass(frozen=True)
 class Resident:
     """An intermediate tensor kept in SRAM between its producer and its consumer (``-fusion=2``)."""
@@ -139,10 +132,6 @@ def _loop_of(acc: Access, dim: int) -> int | None:
     return -1
 
 
-def _loops_used(acc: Access) -> set[int]:
-    return {i for coefs in acc.coefs for i, c in enumerate(coefs) if c}
-
-
 def _flat(acc: Access, base: Sequence[int]) -> tuple[int, tuple[int, ...]]:
     """Element offset of the access origin and the element stride of every inner loop."""
     strides = row_major(acc.shape)
@@ -150,22 +139,6 @@ def _flat(acc: Access, base: Sequence[int]) -> tuple[int, tuple[int, ...]]:
     nloops = len(acc.coefs[0]) if acc.coefs else 0
     loop_strides = tuple(sum(acc.coefs[d][v] * strides[d] for d in range(len(strides))) for v in range(nloops))
     return offset, loop_strides
-
-
-_VEC_UNARY = {
-    EpiKind.RELU: isa.Opcode.VRELU,
-    EpiKind.SIGMOID: isa.Opcode.VSIGMOID,
-    EpiKind.TANH: isa.Opcode.VTANH,
-    EpiKind.GELU: isa.Opcode.VGELU,
-}
-_VEC_BINARY = {
-    EpiKind.BIAS: isa.Opcode.VADD,
-    EpiKind.ADD: isa.Opcode.VADD,
-    EpiKind.SUB: isa.Opcode.VSUB,
-    EpiKind.MUL: isa.Opcode.VMUL,
-    EpiKind.MAX: isa.Opcode.VMAX,
-    EpiKind.MIN: isa.Opcode.VMIN,
-}
 
 
 @dataclass(frozen=True)
@@ -246,13 +219,15 @@ class OperatorEmitter:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
-        handlers = {"dma": self._dma, "zero": self._zero, "init": self._no_op, "matmul": self._matmul,
-                    "conv": self._conv, "pool": self._pool, "epi": self._epilogue}
+        handlers = {SiteKind.DMA: self._dma, SiteKind.ZERO: self._zero, SiteKind.INIT: self._no_op,
+                    SiteKind.MATMUL: self._matmul, SiteKind.CONV: self._conv, SiteKind.POOL: self._pool,
+                    SiteKind.EPI: self._epilogue}
         for ev in self.walk.events():
             try:
-                handler = handlers[ev.site.kind]
-            except KeyError:
-                raise EmitError(f"unknown instruction site kind {ev.site.kind!r} ({ev.site.name})") from None
+                handler = handlers[SiteKind(ev.site.kind)]
+            except ValueError:
+                raise EmitError(f"unknown instruction site kind {ev.site.kind!r} ({ev.site.name}); "
+                                f"known: {[k.value for k in SiteKind]}") from None
             handler(ev)
 
     # --------------------------------------------------------------------- DMA
@@ -367,12 +342,12 @@ class OperatorEmitter:
 
     def _operand(self, ev: Event, role: str) -> _Operand:
         for i, a in enumerate(ev.site.accesses):
-            if (role == "out" and a.is_write) or (not a.is_write and self.roles.get(a.buffer) == role):
+            if (role == Role.OUT and a.is_write) or (not a.is_write and self.roles.get(a.buffer) == role):
                 return _Operand(a, tuple(ev.bases[i]), self.axes[role], self.tiles.get((a.buffer, tuple(ev.bases[i]))))
         raise EmitError(f"site {ev.site.name}: no {role} operand among {[a.buffer for a in ev.site.accesses]}")
 
     def _matmul(self, ev: Event) -> None:
-        a, b, c = (self._operand(ev, r) for r in ("a", "b", "out"))
+        a, b, c = (self._operand(ev, r) for r in (Role.A, Role.B, Role.OUT))
         ranges = self._loop_ranges(ev, [a.index_in(ev), b.index_in(ev)])
         m0, m1 = a.range("M", ranges)
         k0, k1 = a.range("K", ranges)
@@ -409,7 +384,7 @@ class OperatorEmitter:
     def _conv(self, ev: Event) -> None:
         spec = self.spec
         assert isinstance(spec, Conv2dSpec)
-        d, w, o = (self._operand(ev, r) for r in ("data", "weight", "out"))
+        d, w, o = (self._operand(ev, r) for r in (Role.DATA, Role.WEIGHT, Role.OUT))
         ranges = self._loop_ranges(ev, [d.index_in(ev), w.index_in(ev)])
         (h_lo, in_h, out_h, pt, pb), (w_lo, in_w, out_w, pl, pr) = self._spatial(
             ev, d, o, spec.kernel, spec.strides, spec.dilation, spec.padding, (spec.out.dim("H"), spec.out.dim("W")))
@@ -444,7 +419,7 @@ class OperatorEmitter:
     def _pool(self, ev: Event) -> None:
         spec = self.spec
         assert isinstance(spec, PoolSpec)
-        d, o = self._operand(ev, "data"), self._operand(ev, "out")
+        d, o = self._operand(ev, Role.DATA), self._operand(ev, Role.OUT)
         ranges = self._loop_ranges(ev, [d.index_in(ev)])
         (h_lo, in_h, out_h, pt, pb), (w_lo, in_w, out_w, pl, pr) = self._spatial(
             ev, d, o, spec.kernel, spec.strides, (1, 1), spec.padding, (spec.out.dim("H"), spec.out.dim("W")))
@@ -481,7 +456,7 @@ class OperatorEmitter:
         step = self.spec.epilogue[ev.site.epi]
         reads = [(i, a) for i, a in enumerate(ev.site.accesses) if not a.is_write]
         (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
-        other = next(((i, a) for i, a in reads if self.roles.get(a.buffer) == f"operand{ev.site.epi}"), None)
+        other = next(((i, a) for i, a in reads if self.roles.get(a.buffer) == Role.operand(ev.site.epi)), None)
         si, s = next((i, a) for i, a in reads if other is None or i != other[0])
         ranges = self._loop_ranges(ev, (si,))
         o_off, o_str = _flat(o, ev.bases[oi])
@@ -506,10 +481,11 @@ class OperatorEmitter:
             _, src_st = pad3(inner, 1)
             dst = self._sram_addr(o, o_off + offs[0])
             src = self._sram_addr(s, s_off + offs[1])
-            if step.kind in _VEC_UNARY:
-                instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, _VEC_UNARY[step.kind])
-            elif step.kind == EpiKind.CLIP:
+            opcode = RULES[step.kind].opcode
+            if step.kind == EpiKind.CLIP:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
+            elif not step.kind.binary:
+                instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, opcode)
             else:
                 _, x_st = pad3(inner, 2)
                 xaddr = self._sram_addr(other[1], x_off + offs[2])
@@ -517,7 +493,7 @@ class OperatorEmitter:
                 if step.kind == EpiKind.BIAS and len(nonzero) == 1 and x_st[nonzero[0]] == 1:
                     instr = isa.VecBiasAdd(shape, dst, dst_st, src, src_st, xaddr, nonzero[0], dtype)
                 else:
-                    instr = isa.VecBinary(shape, dst, dst_st, src, src_st, xaddr, x_st, dtype, _VEC_BINARY[step.kind])
+                    instr = isa.VecBinary(shape, dst, dst_st, src, src_st, xaddr, x_st, dtype, opcode)
             self._emit(instr)
         self._record_loops(o, tuple(ev.bases[oi]), ranges)
 

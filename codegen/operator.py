@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 from tvm_npu.simulator import isa
 from tvm_npu.tir_schedules import Scheduled, schedule
-from tvm_npu.tir_schedules.ops import OpSpec
-from tvm_npu.tir_schedules.params import TileParams
 
 from tvm_npu.config import HardwareConfig
+from tvm_npu.ops import OpSpec
+from tvm_npu.tiles import TileParams
 
 from .emit import OperatorEmitter, ProgramAssembler
 from .lower import lower

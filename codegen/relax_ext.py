@@ -2,37 +2,49 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tvm_npu.tir_schedules.params import tile_from_json
+from tvm import relax
+from tvm_npu.relay_patterns.graph import partition_graph
+from tvm_npu.tir_schedules.plan import plan_partition
 
-from tvm_npu.config import parse_target
+from tvm_npu.artifact import Artifact
+from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.plan import PLAN_ATTR, PartitionPlan
 from tvm_npu.runtime_module import create_module
 
-from .partition import compile_partition
+from .partition import lower_plan
+
+
+def compile_function(func: relax.Function, target: NpuTarget, dump_dir: Path | None = None) -> Artifact:
+    """One ``Codegen="npu"`` function -> artifact: lower the plan the plan stage attached
+    (``npu.plan``), or plan it here when the function comes from a pipeline of the user's own."""
+    symbol = str(func.attrs["global_symbol"])
+    graph = partition_graph(func, symbol)
+    attached = (func.attrs or {}).get(PLAN_ATTR)
+    plan = PartitionPlan.from_json(str(attached)) if attached is not None else plan_partition(graph, target)
+    if plan.target != str(target):
+        raise ValueError(f"{symbol}: the attached plan was made for target {plan.target!r}, not {str(target)!r}")
+    return lower_plan(plan, graph.constants, target.hw, dump_dir)
 
 
 def npu_codegen(functions, options, constant_names) -> list[tvm.runtime.Module]:
     """Compile every ``Codegen="npu"`` function into one ``npu`` runtime module each.
 
     ``options`` (strings only: it crosses the FFI) carries the canonical target string
-    (``str(NpuTarget)``), an optional dump directory and optional tuned tiles as JSON
-    ``{spec_key: tile}``. Constants are embedded in the programs, so ``constant_names``
-    is unused.
+    (``str(NpuTarget)``) and an optional dump directory. Constants are embedded in the
+    programs, so ``constant_names`` is unused.
     """
     del constant_names
     opts = dict(options.items()) if options is not None else {}
     target = parse_target(str(opts.get("target", "npu")))
     dump = Path(str(opts["dump_dir"])) if opts.get("dump_dir") else None
-    tiles = {k: tile_from_json(v) for k, v in json.loads(str(opts.get("tiles", "{}"))).items()}
     modules = []
     for func in functions:
-        symbol = str(func.attrs["global_symbol"])
-        artifact = compile_partition(func, symbol, target, dump, tiles)
-        modules.append(create_module(artifact.encode(), [symbol]))
+        artifact = compile_function(func, target, dump)
+        modules.append(create_module(artifact.encode(), [artifact.symbol]))
     return modules
 
 

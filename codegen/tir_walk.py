@@ -18,9 +18,7 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
-
-INSTR_KEY = "npu.instr"
-EPI_KEY = "npu.epi"
+from tvm_npu.tir_schedules.contract import EPI_KEY, INSTR_KEY, SRAM_SCOPE
 
 _E = tirx.expr
 _BINOPS = {
@@ -180,7 +178,7 @@ class _Translator:
         self.lines.append("    " * depth + text)
 
     def _alloc(self, buf: tirx.Buffer) -> None:
-        if _scope(buf).startswith("global.npu"):
+        if _scope(buf) == SRAM_SCOPE:
             shape = tuple(int(n) for n in buf.shape)
             self.sram[buf.name] = SramBuffer(buf.name, shape, str(buf.dtype))
 

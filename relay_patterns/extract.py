@@ -1,4 +1,4 @@
-"""Turn a matched Relax region into the typed :mod:`~tvm_npu.tir_schedules.ops` spec.
+"""Turn a matched Relax region into the typed :mod:`~tvm_npu.ops` spec.
 
 One walker serves two callers so that they can never disagree:
 
@@ -24,7 +24,10 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.transform import PatternCheckContext
-from tvm_npu.tir_schedules.ops import (
+
+from tvm_npu.config import DType
+from tvm_npu.epilogue import BY_RELAX_OP, check_dtype
+from tvm_npu.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,
@@ -37,27 +40,8 @@ from tvm_npu.tir_schedules.ops import (
     TensorRef,
 )
 
-from tvm_npu.config import DType
-
 GenericConst = tvm.ir.expr.GenericConst
 
-#: Relax unary ops the NPU's vector engine applies (``relax.nn.relu6`` is legalised to ``clip(x, 0, 6)``).
-UNARY_OPS: dict[str, EpiKind] = {
-    "relax.nn.relu": EpiKind.RELU,
-    "relax.clip": EpiKind.CLIP,
-    "relax.sigmoid": EpiKind.SIGMOID,
-    "relax.tanh": EpiKind.TANH,
-    "relax.nn.gelu": EpiKind.GELU,
-}
-#: Relax binary ops the vector engine applies; all but subtract commute.
-BINARY_OPS: dict[str, EpiKind] = {
-    "relax.add": EpiKind.ADD,
-    "relax.subtract": EpiKind.SUB,
-    "relax.multiply": EpiKind.MUL,
-    "relax.maximum": EpiKind.MAX,
-    "relax.minimum": EpiKind.MIN,
-}
-_TRANSCENDENTAL = frozenset({EpiKind.SIGMOID, EpiKind.TANH, EpiKind.GELU})
 _SPATIAL_LAYOUTS = ("NCHW", "NHWC")
 #: Non-channel axis letters of an elementwise tensor, by rank (the channel letter is inserted).
 _OTHER_AXES = {1: "", 2: "N", 3: "NW", 4: "NHW"}
@@ -370,16 +354,15 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
     call = root
     while True:
         op = call.op.name
-        if op in UNARY_OPS:
-            kind = UNARY_OPS[op]
+        kind = BY_RELAX_OP.get(op)
+        if kind is not None and not kind.binary:
             lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
             steps.append(_Step(kind, lo=lo, hi=hi))
             inner = region.call(call.args[0])
             if inner is None:
                 return None, call.args[0], steps[::-1]
             call = inner
-        elif op in BINARY_OPS:
-            kind = BINARY_OPS[op]
+        elif kind is not None:
             lhs, rhs = call.args
             lhs_call, rhs_call = region.call(lhs), region.call(rhs)
             if lhs_call is not None and rhs_call is not None:
@@ -440,8 +423,7 @@ def _check_dtypes(spec: OpSpec) -> None:
         if step.operand is not None and step.operand.dtype != out:
             raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, "
                              f"output is {out.np.name}")
-        if step.kind in _TRANSCENDENTAL and not out.is_float:
-            raise ValueError(f"{step.kind.value} on an integer ({out.np.name}) result is not supported")
+        check_dtype(step, out)
 
 
 def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:

@@ -19,9 +19,9 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.ops import Conv2dSpec, TensorRef
 
 from tvm_npu.config import DType, Layout, NpuTarget
+from tvm_npu.ops import Conv2dSpec, TensorRef
 
 _TO = {"NCHW": "NHWC", "NHWC": "NCHW"}
 _PERM = {("NCHW", "NHWC"): [0, 2, 3, 1], ("NHWC", "NCHW"): [0, 3, 1, 2]}

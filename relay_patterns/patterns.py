@@ -20,31 +20,20 @@ from collections.abc import Callable
 from tvm.relax.backend.pattern_registry import register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
-from tvm_npu.tir_schedules.ops import ElementwiseSpec, OpSpec
 from tvm_npu.tir_schedules.planner import fits
 
 from tvm_npu.config import NpuTarget
+from tvm_npu.epilogue import RULES
+from tvm_npu.ops import ElementwiseSpec, OpSpec
 
 from .extract import extract_from_context
 
 PREFIX = "npu"
 
-#: Activation name in a pattern name -> Relax op (``relu6`` reaches us as ``clip(x, 0, 6)``).
-ACTIVATIONS: dict[str, str] = {
-    "relu": "relax.nn.relu",
-    "clip": "relax.clip",
-    "sigmoid": "relax.sigmoid",
-    "tanh": "relax.tanh",
-    "gelu": "relax.nn.gelu",
-}
-#: Elementwise binary ops offloaded on their own (one operand a tensor, the other a tensor or constant).
-BINARY: dict[str, str] = {
-    "add": "relax.add",
-    "subtract": "relax.subtract",
-    "multiply": "relax.multiply",
-    "maximum": "relax.maximum",
-    "minimum": "relax.minimum",
-}
+#: Unary steps by pattern name (``relu6`` reaches us as ``clip(x, 0, 6)``), and binary elementwise ops
+#: offloaded on their own (one operand a tensor, the other a tensor or a constant): from the epilogue table.
+ACTIVATIONS: dict[str, str] = {r.pattern_name: r.relax_op for r in RULES.values() if r.unary and r.relax_op}
+BINARY: dict[str, str] = {r.pattern_name: r.relax_op for r in RULES.values() if not r.unary and r.relax_op}
 POOLS: dict[str, str] = {
     "max_pool2d": "relax.nn.max_pool2d",
     "avg_pool2d": "relax.nn.avg_pool2d",

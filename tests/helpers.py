@@ -17,7 +17,9 @@ from scipy.special import erf
 from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.simulator import RunStats, Simulator, isa
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.ops import (
+
+from tvm_npu.config import CompilerOptions, DType, HardwareConfig
+from tvm_npu.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,
@@ -29,9 +31,7 @@ from tvm_npu.tir_schedules.ops import (
     PoolSpec,
     TensorRef,
 )
-from tvm_npu.tir_schedules.params import TileParams
-
-from tvm_npu.config import CompilerOptions, DType, HardwareConfig
+from tvm_npu.tiles import TileParams
 
 F32 = DType.FP32
 #: fp32 tolerance against the float64 reference (the brief's numbers).

@@ -1,25 +1,18 @@
-"""Template schedules: one ``schedule(spec, tile) -> Scheduled`` per operator kind."""
+"""Template schedules and tile choice, one module per operator kind (see ``kind.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from tvm_npu.ops import OpSpec
+from tvm_npu.tiles import TileParams
 
-from . import conv2d, elementwise, matmul, pool
+from . import conv2d, elementwise, matmul, pool  # noqa: F401  (each registers its kind)
 from .common import Scheduled
-from .ops import Conv2dSpec, ElementwiseSpec, MatmulSpec, OpSpec, PoolSpec
-from .params import TileParams
-
-TEMPLATES: dict[type, Callable[..., Scheduled]] = {
-    Conv2dSpec: conv2d.schedule,
-    MatmulSpec: matmul.schedule,
-    PoolSpec: pool.schedule,
-    ElementwiseSpec: elementwise.schedule,
-}
+from .kind import OpKind, kind_of
 
 
 def schedule(spec: OpSpec, tile: TileParams) -> Scheduled:
     """Schedule ``spec`` with the template of its kind."""
-    return TEMPLATES[type(spec)](spec, tile)
+    return kind_of(spec).schedule(spec, tile)
 
 
-__all__ = ["TEMPLATES", "Scheduled", "schedule"]
+__all__ = ["OpKind", "Scheduled", "kind_of", "schedule"]

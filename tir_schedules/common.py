@@ -5,8 +5,8 @@ operator in TE, creates the PrimFunc, and schedules it with ``tvm.s_tir``. The
 conventions the codegen relies on:
 
 * every instruction is one blockized block (or, for overlapping halo copies, one
-  loop nest) annotated ``npu.instr`` = ``dma`` / ``zero`` / ``matmul`` / ``conv`` /
-  ``pool`` / ``epi`` (epilogue step index in ``npu.epi``);
+  loop nest) annotated ``npu.instr`` with its :class:`~.contract.SiteKind`
+  (epilogue step index in ``npu.epi``); SRAM buffers carry a :class:`~.contract.Role`;
 * splits never predicate (``disable_predication``): edge tiles overhang and the
   codegen clamps them, so blockize always succeeds;
 * the innermost tile loop with more than one iteration carries the
@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from tvm import s_tir, te, tirx
 
 from tvm_npu.config import ACCUMULATOR, DType
+from tvm_npu.epilogue import RULES
+from tvm_npu.ops import Broadcast, Epilogue, OpSpec, TensorRef
+from tvm_npu.tiles import TileParams
 
-from .ops import Broadcast, EpiKind, Epilogue, OpSpec, TensorRef
-
-SRAM = "global.npu_sram"
-OPERAND_TAG = "@op"
-INSTR = "npu.instr"
-EPI = "npu.epi"
+from .contract import EPI_KEY, INSTR_KEY, OPERAND_TAG, SRAM_SCOPE, Role, SiteKind
 
 
 @dataclass
@@ -37,9 +35,9 @@ class Scheduled:
     """A scheduled operator and what the codegen needs to read it."""
 
     spec: OpSpec
-    tile: object
+    tile: TileParams
     sch: s_tir.Schedule
-    roles: dict[str, str] = field(default_factory=dict)  # SRAM buffer name -> role
+    roles: dict[str, str] = field(default_factory=dict)  # SRAM buffer name -> Role (or Role.operand(i))
     axes: dict[str, str] = field(default_factory=dict)  # role -> axis names of its buffer dims
     # role -> axis names of the DRAM tensor its load reads, where that layout differs (folded transforms)
     dram_axes: dict[str, str] = field(default_factory=dict)
@@ -80,31 +78,6 @@ def acc_dtype(dtype: DType) -> str:
     return ACCUMULATOR[dtype].np.name
 
 
-def _apply(kind: EpiKind, x: tirx.PrimExpr, y: tirx.PrimExpr | None, step: Epilogue) -> tirx.PrimExpr:
-    dt = x.dtype
-    if kind in (EpiKind.BIAS, EpiKind.ADD):
-        return x + y
-    if kind == EpiKind.SUB:
-        return x - y
-    if kind == EpiKind.MUL:
-        return x * y
-    if kind == EpiKind.MAX:
-        return tirx.max(x, y)
-    if kind == EpiKind.MIN:
-        return tirx.min(x, y)
-    if kind == EpiKind.RELU:
-        return tirx.max(x, tirx.const(0, dt))
-    if kind == EpiKind.CLIP:
-        return tirx.min(tirx.max(x, tirx.const(step.lo, dt)), tirx.const(step.hi, dt))
-    if kind == EpiKind.SIGMOID:
-        return tirx.sigmoid(x)
-    if kind == EpiKind.TANH:
-        return tirx.tanh(x)
-    if kind == EpiKind.GELU:
-        return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.erf(x * tirx.const(0.7071067811865476, dt)))
-    raise ValueError(f"no TE form for epilogue {kind}")
-
-
 def epilogue_stages(
     spec: OpSpec,
     acc: te.Tensor,
@@ -141,7 +114,7 @@ def _stage_body(prev: te.Tensor, operand: te.Tensor | None, step: Epilogue,
         y = None
         if operand is not None:
             y = operand[channel_of(idx)] if step.broadcast == Broadcast.CHANNEL else operand[idx]
-        return _apply(step.kind, prev[idx], y, step)
+        return RULES[step.kind].te(prev[idx], y, step)
 
     return body
 
@@ -151,7 +124,7 @@ def split(sch: s_tir.Schedule, loop: s_tir.LoopRV, tile: int) -> tuple[s_tir.Loo
     return sch.split(loop, [None, tile], disable_predication=True)
 
 
-def attach(sch: s_tir.Schedule, block: s_tir.SBlockRV, loop: s_tir.LoopRV, kind: str,
+def attach(sch: s_tir.Schedule, block: s_tir.SBlockRV, loop: s_tir.LoopRV, kind: SiteKind,
            epi: int | None = None, reverse: bool = False) -> s_tir.SBlockRV:
     """Move a stage under ``loop`` and mark the loop nest it gets there as one instruction site.
 
@@ -167,11 +140,11 @@ def attach(sch: s_tir.Schedule, block: s_tir.SBlockRV, loop: s_tir.LoopRV, kind:
     return block
 
 
-def mark(sch: s_tir.Schedule, site: s_tir.SBlockRV | s_tir.LoopRV, kind: str, epi: int | None = None) -> None:
+def mark(sch: s_tir.Schedule, site: s_tir.SBlockRV | s_tir.LoopRV, kind: SiteKind, epi: int | None = None) -> None:
     """Annotate a block or loop as one instruction site of ``kind``."""
-    sch.annotate(site, INSTR, kind)
+    sch.annotate(site, INSTR_KEY, kind.value)
     if epi is not None:
-        sch.annotate(site, EPI, epi)
+        sch.annotate(site, EPI_KEY, epi)
 
 
 def buffer_name(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> str:
@@ -203,9 +176,9 @@ def extent(sch: s_tir.Schedule, loop: s_tir.LoopRV) -> int:
 def result_store(sch: s_tir.Schedule, spec: OpSpec, acc: s_tir.SBlockRV) -> s_tir.SBlockRV:
     """Put the accumulator (and, with an epilogue, its stages) in SRAM; return the store copy."""
     if spec.epilogue:
-        sch.set_scope(acc, 0, SRAM)
-        return sch.cache_write(sch.get_sblock(spec.out.name), 0, SRAM)
-    return sch.cache_write(acc, 0, SRAM)
+        sch.set_scope(acc, 0, SRAM_SCOPE)
+        return sch.cache_write(sch.get_sblock(spec.out.name), 0, SRAM_SCOPE)
+    return sch.cache_write(acc, 0, SRAM_SCOPE)
 
 
 def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, loop: s_tir.LoopRV,
@@ -223,13 +196,13 @@ def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, 
     for idx, step in enumerate(spec.epilogue):
         e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
         if idx < n_epi - 1:
-            sch.set_scope(e, 0, SRAM)
-        attach(sch, e, loop, "epi", idx, reverse=True)
+            sch.set_scope(e, 0, SRAM_SCOPE)
+        attach(sch, e, loop, SiteKind.EPI, idx, reverse=True)
         if step.operand is not None:
-            op_s = sch.cache_read(e, 1, SRAM)
-            res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
-            res.loads.append(attach(sch, op_s, loop, "dma"))
+            op_s = sch.cache_read(e, 1, SRAM_SCOPE)
+            res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
+            res.loads.append(attach(sch, op_s, loop, SiteKind.DMA))
         if idx < n_epi - 1 or not own_result:
             res.aliases[buffer_name(sch, e)] = prev
         prev = buffer_name(sch, e)
-    res.stores.append(attach(sch, store, loop, "dma", reverse=True))
+    res.stores.append(attach(sch, store, loop, SiteKind.DMA, reverse=True))

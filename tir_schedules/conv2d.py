@@ -15,16 +15,21 @@ tile and streams weight tiles through the output-channel loop.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from tvm import s_tir, te, tirx
+from tvm_npu.simulator import timing
+
+from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
+from tvm_npu.ops import Broadcast, Conv2dSpec
+from tvm_npu.tiles import ConvTile, Order
 
 from .common import (
-    SRAM,
     Scheduled,
     acc_dtype,
     attach,
     buffer_name,
     epilogue_stages,
-    extent,
     mark,
     padded_reader,
     pipeline,
@@ -33,12 +38,22 @@ from .common import (
     schedule_epilogue,
     split,
 )
-from .ops import Conv2dSpec
-from .params import ConvTile, Order
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
+from .contract import SRAM_SCOPE, Role, SiteKind
+from .cost import (
+    Copy,
+    Pipelining,
+    Step,
+    axis_tiles,
+    copy_cost,
+    epilogue_sizes,
+    sum_ceil,
+    tile_extents,
+    vector_cycles,
+    window_cost,
+    window_sum,
+)
+from .cost import ceil_div as _ceil
+from .kind import OpKind, epilogue_text, register
 
 
 def padded_extent(out: int, tile: int, stride: int, kernel: int, dilation: int, size: int, pad: int) -> int:
@@ -143,63 +158,261 @@ def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tenso
     return [data, weight, *operands.values()], final, axes
 
 
-def schedule(spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
-    """Tile, stage into SRAM, pipeline and blockize a convolution (see the module docstring)."""
-    inputs, final, axes = compute(spec, tile)
-    sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
-    res = Scheduled(spec, tile, sch, axes=axes)
-    nchw = spec.layout == "NCHW"
-    grouped = spec.groups > 1
-    if not grouped:
-        res.dram_axes["data"] = spec.data.layout
-    c = spec.in_channels // spec.groups
-    blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
-    loops = sch.get_loops(blk)
-    if grouped:
-        if nchw:
-            b, gg, o, y, x, rc, ry, rx = loops
+def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
+    """Input rows and columns one output tile reads (halo included)."""
+    (kh, kw), (sh, sw), (dh, dw) = spec.kernel, spec.strides, spec.dilation
+    return (tile.toh - 1) * sh + (kh - 1) * dh + 1, (tile.tow - 1) * sw + (kw - 1) * dw + 1
+
+
+class Conv2d(OpKind):
+    """2-D convolution (grouped and depthwise included) on the tensor engine."""
+
+    spec_type = Conv2dSpec
+    tile_type = ConvTile
+    name = "conv2d"
+
+    # ---------------------------------------------------------------- template
+    def pipelining(self, spec: Conv2dSpec, tile: ConvTile) -> Pipelining:
+        """The input-channel loop when the reduction is streamed, else the innermost output-tile
+        loop (spatial tiles with weights stationary, output-channel tiles with the input stationary)."""
+        g = spec.groups
+        streamed = min(tile.tic, spec.in_channels // g) < spec.in_channels // g
+        n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+        n_oc = _ceil(spec.out.dim("C") // g, tile.toc)
+        inner = n_sp if tile.order == Order.B_STATIONARY else n_oc
+        return Pipelining(streamed or inner > 1, streamed)
+
+    def schedule(self, spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
+        """Tile, stage into SRAM, pipeline and blockize a convolution (see the module docstring)."""
+        inputs, final, axes = compute(spec, tile)
+        sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
+        res = Scheduled(spec, tile, sch, axes=axes)
+        nchw = spec.layout == "NCHW"
+        grouped = spec.groups > 1
+        if not grouped:
+            res.dram_axes[Role.DATA] = spec.data.layout
+        c = spec.in_channels // spec.groups
+        blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
+        loops = sch.get_loops(blk)
+        if grouped:
+            if nchw:
+                b, gg, o, y, x, rc, ry, rx = loops
+            else:
+                b, y, x, gg, o, rc, ry, rx = loops
         else:
-            b, y, x, gg, o, rc, ry, rx = loops
-    else:
-        gg = None
-        if nchw:
-            b, o, y, x, rc, ry, rx = loops
+            gg = None
+            if nchw:
+                b, o, y, x, rc, ry, rx = loops
+            else:
+                b, y, x, o, rc, ry, rx = loops
+        go = gi = None
+        if grouped:
+            go, gi = split(sch, gg, tile.tg)
+        oo, oi = split(sch, o, tile.toc)
+        yo, yi = split(sch, y, tile.toh)
+        xo, xi = split(sch, x, tile.tow)
+        rco = None
+        if tile.tic < c:
+            rco, rc = split(sch, rc, tile.tic)
+        # a group tile is outermost: its input channels serve only its own outputs
+        groups = [go] if grouped else []
+        inner = [gi, oi, yi, xi, rc, ry, rx] if grouped else [oi, yi, xi, rc, ry, rx]
+        outer = [oo, yo, xo] if tile.order == Order.B_STATIONARY else [yo, xo, oo]
+        sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
+        s = sch.fuse(yo, xo)
+        outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
+        inner_out = outer_loops[-1]
+        chan_inner = oo
+
+        # input window: the pad stage lives in SRAM, computed per spatial (and rc) tile
+        pad = sch.get_sblock("pad")
+        sch.set_scope(pad, 0, SRAM_SCOPE)
+        res.roles[buffer_name(sch, pad)] = Role.DATA
+        res.loads.append(attach(sch, pad, rco if rco else s, SiteKind.DMA))
+        w_s = sch.cache_read(blk, 1, SRAM_SCOPE)
+        res.roles[buffer_name(sch, w_s)] = Role.WEIGHT
+        res.loads.append(attach(sch, w_s, rco if rco else chan_inner, SiteKind.DMA))
+
+        store = result_store(sch, spec, blk)
+        init = sch.decompose_reduction(blk, rco if rco else inner[0])
+        mark(sch, sch.blockize(sch.get_loops(init)[len(outer_loops) + 1]), SiteKind.ZERO)
+        mark(sch, sch.blockize(inner[0]), SiteKind.CONV)
+        schedule_epilogue(sch, res, blk, inner_out, store, own_result=rco is not None)
+
+        pipe = rco if self.pipelining(spec, tile).streamed_reduction else inner_out
+        pipeline(sch, pipe, tile.stages, res.loads, res.stores)
+        return res
+
+    # -------------------------------------------------------------- tile space
+    def axes(self, spec: Conv2dSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        g = spec.groups
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        if g > 1:
+            tg = tile_extents(g, 1, opts) if og == 1 else [1]  # several groups per tile only when depthwise
+            toc = [og] if og == 1 else [t for t in tile_extents(og, hw.mac_cols, opts) if og % t == 0]
+            tic = [cg]
         else:
-            b, y, x, o, rc, ry, rx = loops
-    go = gi = None
-    if grouped:
-        go, gi = split(sch, gg, tile.tg)
-    oo, oi = split(sch, o, tile.toc)
-    yo, yi = split(sch, y, tile.toh)
-    xo, xi = split(sch, x, tile.tow)
-    rco = None
-    if tile.tic < c:
-        rco, rc = split(sch, rc, tile.tic)
-    # a group tile is outermost: its input channels serve only its own outputs
-    groups = [go] if grouped else []
-    inner = [gi, oi, yi, xi, rc, ry, rx] if grouped else [oi, yi, xi, rc, ry, rx]
-    outer = [oo, yo, xo] if tile.order == Order.B_STATIONARY else [yo, xo, oo]
-    sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
-    s = sch.fuse(yo, xo)
-    outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
-    inner_out = outer_loops[-1]
-    chan_inner = oo
+            tg, toc, tic = [1], tile_extents(og, hw.mac_cols, opts), tile_extents(cg, hw.mac_rows, opts, limit=4)
+        return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
+                "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg}
 
-    # input window: the pad stage lives in SRAM, computed per spatial (and rc) tile
-    pad = sch.get_sblock("pad")
-    sch.set_scope(pad, 0, SRAM)
-    res.roles[buffer_name(sch, pad)] = "data"
-    res.loads.append(attach(sch, pad, rco if rco else s, "dma"))
-    w_s = sch.cache_read(blk, 1, SRAM)
-    res.roles[buffer_name(sch, w_s)] = "weight"
-    res.loads.append(attach(sch, w_s, rco if rco else chan_inner, "dma"))
+    def admits(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
+        return tile.tg == 1 or tile.toc == spec.out.dim("C") // spec.groups  # a multi-group tile holds whole groups
 
-    store = result_store(sch, spec, blk)
-    init = sch.decompose_reduction(blk, rco if rco else inner[0])
-    mark(sch, sch.blockize(sch.get_loops(init)[len(outer_loops) + 1]), "zero")
-    mark(sch, sch.blockize(inner[0]), "conv")
-    schedule_epilogue(sch, res, blk, inner_out, store, own_result=rco is not None)
+    def whole_rows(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
+        return tile.tow == spec.out.dim("W")
 
-    pipe = rco if rco is not None and extent(sch, rco) > 1 else inner_out
-    pipeline(sch, pipe, tile.stages, res.loads, res.stores)
-    return res
+    def footprint(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
+        cg = spec.in_channels // spec.groups
+        kh, kw = spec.kernel
+        rows, cols = _window(spec, tile)
+        tic = min(tile.tic, cg)
+        p = self.pipelining(spec, tile)
+        streamed_rc = p.streamed_reduction
+        outer_b = tile.order == Order.B_STATIONARY
+        s = tile.stages if p.pipelined else 1
+        isz = spec.data.dtype.itemsize
+        asz = ACCUMULATOR[spec.data.dtype].itemsize
+        out_tile = tile.tg * tile.toc * tile.toh * tile.tow
+        data_v = s if (streamed_rc or outer_b) else 1
+        w_v = s if (streamed_rc or not outer_b) else 1
+        out_v = 1 if streamed_rc else (2 if s > 1 else 1)
+        buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * tile.tg * tile.toc * tic * kh * kw * isz]
+        buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, asz, 1 if streamed_rc else s, out_v,
+                                  streamed_rc)
+        return sum(hw.align(x) for x in buffers)
+
+    # -------------------------------------------------------------- cost model
+    def steps(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Iterator[Step]:
+        nchw = spec.layout == "NCHW"
+        n, c = spec.data.dim("N"), spec.data.dim("C")
+        o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
+        g = spec.groups
+        cg, og = c // g, o // g
+        kh, kw = spec.kernel
+        (sh, sw), (pt, pl) = spec.strides, spec.padding[:2]
+        rows, cols = _window(spec, tile)
+        dt = spec.data.dtype
+        tic = min(tile.tic, cg)
+        rc_tiles = axis_tiles(cg, tic)
+        g_tiles = axis_tiles(g, tile.tg)
+        oc_tiles = axis_tiles(og, tile.toc)
+        y_tiles, x_tiles = axis_tiles(oh, tile.toh), axis_tiles(ow, tile.tow)
+        oshape = spec.out.shape
+
+        def data_box(b, gt, ct, y, x):
+            cl = gt[0] * cg + ct[0]
+            ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
+            r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+            return window_cost(hw, dt, spec.data, (b, cl, r0, c0), (1, ce, rows, cols), spec.layout)
+
+        def weight_box(gt, ot, ct):
+            o0 = gt[0] * og + ot[0]
+            oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+            return copy_cost(hw, dt, spec.weight.shape, (o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
+
+        def out_box(b, gt, ot, y, x, dtype=None):
+            o0 = gt[0] * og + ot[0]
+            oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+            dtype = dtype or spec.out.dtype
+            if nchw:
+                return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
+            return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe))
+
+        def epi_loads(b, gt, ot, y, x):
+            cost = Copy()
+            for e in spec.epilogue:
+                if e.operand is None:
+                    continue
+                if e.broadcast == Broadcast.CHANNEL:
+                    o0 = gt[0] * og + ot[0]
+                    cost += copy_cost(hw, e.operand.dtype, (e.operand.size,), (o0,), (gt[1] * ot[1],))
+                else:
+                    cost += out_box(b, gt, ot, y, x, e.operand.dtype)
+            return cost
+
+        outer_b = tile.order == Order.B_STATIONARY
+        pipelined_rc = len(rc_tiles) > 1
+        for b in range(n):
+            if outer_b:
+                pairs = (((gt, ot), (y, x)) for gt in g_tiles for ot in oc_tiles for y in y_tiles for x in x_tiles)
+            else:
+                pairs = (((gt, ot), (y, x)) for gt in g_tiles for y in y_tiles for x in x_tiles for ot in oc_tiles)
+            prev_outer = None
+            slot = 0
+            for (gt, ot), (y, x) in pairs:
+                outer_key = (gt, ot) if outer_b else (gt, y, x)
+                new_outer = outer_key != prev_outer
+                slot = 0 if new_outer else slot + 1
+                prev_outer = outer_key
+                m = y[1] * x[1]
+                oe = ot[1]
+                vec = vector_cycles(hw, spec, gt[1] * oe * m)
+                store = out_box(b, gt, ot, y, x)
+                for ri, ct in enumerate(rc_tiles):
+                    tensor = timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
+                    loads = Copy()
+                    stationary = None
+                    if pipelined_rc:
+                        loads += data_box(b, gt, ct, y, x)
+                        loads += weight_box(gt, ot, ct)
+                    elif outer_b:
+                        loads += data_box(b, gt, ct, y, x)
+                        stationary = weight_box(gt, ot, ct) if new_outer else None
+                    else:
+                        loads += weight_box(gt, ot, ct)
+                        stationary = data_box(b, gt, ct, y, x) if new_outer else None
+                    last = ri == len(rc_tiles) - 1
+                    yield Step(loads, tensor, last, vec if last else 0, store if last else Copy(), stationary,
+                               epi_loads(b, gt, ot, y, x) if last else Copy(), ri if pipelined_rc else slot)
+
+    def compute_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
+        g = spec.groups
+        kh, kw = spec.kernel
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        tic = min(tile.tic, cg)
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        n_steps = _ceil(g, tile.tg) * _ceil(og, tile.toc) * _ceil(cg, tic) * _ceil(oh, tile.toh) * _ceil(ow, tile.tow)
+        passes = g * sum_ceil(og, tile.toc, hw.mac_cols) * sum_ceil(cg, tic, hw.mac_rows, kh * kw)
+        work = passes * oh * ow * hw.mac_pass_cycles(spec.data.dtype)
+        return spec.data.dim("N") * (n_steps * hw.tensor_issue_cycles + work)
+
+    def traffic_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> float:
+        extra = sum(e.operand.nbytes for e in spec.epilogue
+                    if e.operand is not None and e.broadcast == Broadcast.FULL)
+        g = spec.groups
+        kh, kw = spec.kernel
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        h, w = spec.data.dim("H"), spec.data.dim("W")
+        og, cg = spec.out.dim("C") // g, spec.in_channels // g
+        rows = window_sum(oh, tile.toh, spec.strides[0], kh, spec.dilation[0], h, spec.padding[0])
+        cols = window_sum(ow, tile.tow, spec.strides[1], kw, spec.dilation[1], w, spec.padding[1])
+        data = spec.data.dim("N") * spec.in_channels * rows * cols * spec.data.dtype.itemsize
+        n_oc, n_sp = _ceil(og, tile.toc), _ceil(oh, tile.toh) * _ceil(ow, tile.tow)
+        streamed = min(tile.tic, cg) < cg
+        b_stat = tile.order == Order.B_STATIONARY
+        data_loads = n_oc if (b_stat or streamed) else 1
+        weight_loads = spec.data.dim("N") * (n_sp if (streamed or not b_stat) else 1)
+        total = data * data_loads + spec.weight.nbytes * weight_loads + spec.out.nbytes + extra
+        return total / hw.dram_bytes_per_cycle
+
+    def outer_count(self, spec: Conv2dSpec, tile: ConvTile) -> int:
+        if tile.order == Order.B_STATIONARY:
+            return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("C") // spec.groups, tile.toc)
+        return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
+
+    def step_count(self, spec: Conv2dSpec, tile: ConvTile) -> int:
+        g = spec.groups
+        return (spec.data.dim("N") * _ceil(g, tile.tg) * _ceil(spec.out.dim("C") // g, tile.toc)
+                * _ceil(spec.in_channels // g, min(tile.tic, spec.in_channels // g))
+                * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow))
+
+    # ----------------------------------------------------------------- reports
+    def describe(self, spec: Conv2dSpec) -> str:
+        kh, kw = spec.kernel
+        groups = f" g{spec.groups}" if spec.groups > 1 else ""
+        return f"conv{kh}x{kw}/s{spec.strides[0]} {spec.data.shape}->{spec.out.shape}{groups}" + epilogue_text(spec)
+
+
+KIND = register(Conv2d())

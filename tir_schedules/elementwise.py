@@ -6,57 +6,156 @@ Used for elementwise regions that have no tensor-engine producer to fuse into
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterator
+
 from tvm import s_tir, te
 
-from .common import SRAM, Scheduled, attach, buffer_name, epilogue_stages, extent, mark, pipeline, placeholder, split
-from .ops import ElementwiseSpec
-from .params import EltwiseTile
+from tvm_npu.config import CompilerOptions, HardwareConfig
+from tvm_npu.ops import Broadcast, ElementwiseSpec
+from tvm_npu.tiles import EltwiseTile
+
+from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
+from .contract import SRAM_SCOPE, Role, SiteKind
+from .cost import Copy, Pipelining, Step, axis_tiles, chain, copy_cost, tile_extents, vector_cycles
+from .cost import ceil_div as _ceil
+from .kind import OpKind, register
+
+
+def _channel(spec: ElementwiseSpec) -> int:
+    """The axis per-channel operands run along."""
+    return spec.out.layout.index("C") if "C" in spec.out.layout else len(spec.out.shape) - 1
+
+
+def _tile_count(spec: ElementwiseSpec, tile: EltwiseTile) -> int:
+    return math.prod(_ceil(a, t) for a, t in zip(spec.out.shape, tile.tiles, strict=True))
 
 
 def compute(spec: ElementwiseSpec) -> tuple[list[te.Tensor], te.Tensor]:
     data = placeholder(spec.data)
-    chan = spec.out.layout.index("C") if "C" in spec.out.layout else len(spec.out.shape) - 1
+    chan = _channel(spec)
     stages, operands = epilogue_stages(spec, data, lambda idx: idx[chan])
     return [data, *operands.values()], stages[-1]
 
 
-def schedule(spec: ElementwiseSpec, tile: EltwiseTile) -> Scheduled:
-    if not spec.epilogue:
-        raise ValueError(f"{spec.name}: an elementwise operator needs at least one step")
-    inputs, final = compute(spec)
-    sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
-    res = Scheduled(spec, tile, sch)
-    n_epi = len(spec.epilogue)
-    last = sch.get_sblock(spec.out.name)
-    store = sch.cache_write(last, 0, SRAM)
-    outer, inner = [], []
-    for lp, t in zip(sch.get_loops(last), tile.tiles, strict=True):
-        o, i = split(sch, lp, t)
-        outer.append(o)
-        inner.append(i)
-    sch.reorder(*outer, *inner)
-    t = sch.fuse(*outer)
-    mark(sch, inner[0], "epi", n_epi - 1)
-    prev = None
-    for idx in range(n_epi - 1, -1, -1):
-        e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
-        if idx < n_epi - 1:
-            sch.set_scope(e, 0, SRAM)
-            attach(sch, e, t, "epi", idx)
-        if spec.epilogue[idx].operand is not None:
-            op_s = sch.cache_read(e, 1, SRAM)
-            res.roles[buffer_name(sch, op_s)] = f"operand{idx}"
-            res.loads.append(attach(sch, op_s, t, "dma"))
-        if prev is not None:
-            res.aliases[prev] = buffer_name(sch, e)
-        prev = buffer_name(sch, e)
-    data_s = sch.cache_read(sch.get_sblock("epi0" if n_epi > 1 else spec.out.name), 0, SRAM)
-    res.roles[buffer_name(sch, data_s)] = "data"
-    res.loads.append(attach(sch, data_s, t, "dma"))
-    if extent(sch, t) == 1 or tile.stages == 1:
-        # in place on the loaded data only without pipelining: a pipelined load refills
-        # its buffer before the previous tile's result is stored
-        res.aliases[prev] = buffer_name(sch, data_s)
-    res.stores.append(attach(sch, store, t, "dma", reverse=True))
-    pipeline(sch, t, tile.stages, res.loads, res.stores)
-    return res
+class Elementwise(OpKind):
+    """A chain of elementwise steps streamed through SRAM on the vector engine."""
+
+    spec_type = ElementwiseSpec
+    tile_type = EltwiseTile
+    name = "elementwise"
+
+    # ---------------------------------------------------------------- template
+    def pipelining(self, spec: ElementwiseSpec, tile: EltwiseTile) -> Pipelining:
+        """The fused tile loop."""
+        return Pipelining(_tile_count(spec, tile) > 1)
+
+    def schedule(self, spec: ElementwiseSpec, tile: EltwiseTile) -> Scheduled:
+        if not spec.epilogue:
+            raise ValueError(f"{spec.name}: an elementwise operator needs at least one step")
+        inputs, final = compute(spec)
+        sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
+        res = Scheduled(spec, tile, sch)
+        n_epi = len(spec.epilogue)
+        last = sch.get_sblock(spec.out.name)
+        store = sch.cache_write(last, 0, SRAM_SCOPE)
+        outer, inner = [], []
+        for lp, t in zip(sch.get_loops(last), tile.tiles, strict=True):
+            o, i = split(sch, lp, t)
+            outer.append(o)
+            inner.append(i)
+        sch.reorder(*outer, *inner)
+        t = sch.fuse(*outer)
+        mark(sch, inner[0], SiteKind.EPI, n_epi - 1)
+        prev = None
+        for idx in range(n_epi - 1, -1, -1):
+            e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
+            if idx < n_epi - 1:
+                sch.set_scope(e, 0, SRAM_SCOPE)
+                attach(sch, e, t, SiteKind.EPI, idx)
+            if spec.epilogue[idx].operand is not None:
+                op_s = sch.cache_read(e, 1, SRAM_SCOPE)
+                res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
+                res.loads.append(attach(sch, op_s, t, SiteKind.DMA))
+            if prev is not None:
+                res.aliases[prev] = buffer_name(sch, e)
+            prev = buffer_name(sch, e)
+        data_s = sch.cache_read(sch.get_sblock("epi0" if n_epi > 1 else spec.out.name), 0, SRAM_SCOPE)
+        res.roles[buffer_name(sch, data_s)] = Role.DATA
+        res.loads.append(attach(sch, data_s, t, SiteKind.DMA))
+        if not self.pipelining(spec, tile).pipelined or tile.stages == 1:
+            # in place on the loaded data only without pipelining: a pipelined load refills
+            # its buffer before the previous tile's result is stored
+            res.aliases[prev] = buffer_name(sch, data_s)
+        res.stores.append(attach(sch, store, t, SiteKind.DMA, reverse=True))
+        pipeline(sch, t, tile.stages, res.loads, res.stores)
+        return res
+
+    # -------------------------------------------------------------- tile space
+    def axes(self, spec: ElementwiseSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        shape = spec.out.shape
+        # tile the outermost non-unit axis (keeping inner rows whole: long DRAM runs), or also the next one
+        axis = next((i for i, d in enumerate(shape) if d > 1), 0)
+        tiles = []
+        if axis + 1 < len(shape):
+            for t2 in tile_extents(shape[axis + 1], 1, opts, limit=16):
+                tiles.append(tuple(1 if i <= axis else t2 if i == axis + 1 else d for i, d in enumerate(shape)))
+        for t in tile_extents(shape[axis], 1, opts, limit=64):
+            tiles.append(tuple(1 if i < axis else t if i == axis else d for i, d in enumerate(shape)))
+        return {"tiles": tiles, "stages": [opts.pipeline_stages]}
+
+    def footprint(self, spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> int:
+        s = tile.stages if self.pipelining(spec, tile).pipelined else 1
+        chan = _channel(spec)
+        elems = math.prod(tile.tiles)
+        isz = spec.data.dtype.itemsize
+        n_epi = len(spec.epilogue)
+        # the loaded data is worked on in place only when not pipelined (see the template)
+        buffers = [s * elems * isz] if s > 1 else []
+        buffers += chain([(1, elems * isz)] * (n_epi - 1 if s > 1 else n_epi)
+                         + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)])
+        for e in spec.epilogue:
+            if e.operand is not None:
+                n = tile.tiles[chan] if e.broadcast == Broadcast.CHANNEL else elems
+                buffers.append(s * n * e.operand.dtype.itemsize)
+        return sum(hw.align(x) for x in buffers)
+
+    # -------------------------------------------------------------- cost model
+    def steps(self, spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> Iterator[Step]:
+        shape = spec.out.shape
+        chan = _channel(spec)
+        boxes = itertools.product(*(axis_tiles(n, t) for n, t in zip(shape, tile.tiles, strict=True)))
+        for slot, box in enumerate(boxes):
+            lo = tuple(a for a, _ in box)
+            ext = tuple(e for _, e in box)
+            loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
+            for e in spec.epilogue:
+                if e.operand is None:
+                    continue
+                if e.broadcast == Broadcast.CHANNEL:
+                    loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
+                else:
+                    loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
+            store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
+            # everything is consumed by the vector engine: model the loads as epilogue operands
+            yield Step(loads=Copy(), vector=vector_cycles(hw, spec, math.prod(ext)), store=store, operands=loads,
+                       slot=slot)
+
+    def traffic_floor(self, spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> float:
+        extra = sum(e.operand.nbytes for e in spec.epilogue
+                    if e.operand is not None and e.broadcast == Broadcast.FULL)
+        return (spec.data.nbytes + spec.out.nbytes + extra) / hw.dram_bytes_per_cycle
+
+    def step_count(self, spec: ElementwiseSpec, tile: EltwiseTile) -> int:
+        return _tile_count(spec, tile)
+
+    # ----------------------------------------------------------------- reports
+    def describe(self, spec: ElementwiseSpec) -> str:
+        return f"{'+'.join(e.kind.value for e in spec.epilogue)} {spec.out.shape}"
+
+    def compute_dtype(self, spec: ElementwiseSpec) -> str:
+        return spec.out.dtype.np.name
+
+
+KIND = register(Elementwise())

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from tvm import s_tir, te
+from tvm_npu.simulator import timing
+
+from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
+from tvm_npu.ops import Broadcast, MatmulSpec
+from tvm_npu.tiles import MatmulTile, Order
 
 from .common import (
-    SRAM,
     Scheduled,
     acc_dtype,
     attach,
     buffer_name,
     epilogue_stages,
-    extent,
     mark,
     pipeline,
     placeholder,
@@ -19,8 +24,22 @@ from .common import (
     schedule_epilogue,
     split,
 )
-from .ops import MatmulSpec
-from .params import MatmulTile, Order
+from .contract import SRAM_SCOPE, Role, SiteKind
+from .cost import Copy, Pipelining, Step, axis_tiles, copy_cost, epilogue_sizes, sum_ceil, tile_extents, vector_cycles
+from .cost import ceil_div as _ceil
+from .kind import OpKind, epilogue_text, register
+
+
+def effective_order(spec: MatmulSpec, tile: MatmulTile) -> Order:
+    """The loop order the template uses: the requested one, swapped when its pipelined
+    (inner) loop would have a single iteration and the other loop has several."""
+    m, n, _ = spec.mnk
+    n_m, n_n = _ceil(m, tile.tm), _ceil(n, tile.tn)
+    if tile.order == Order.A_STATIONARY and n_n == 1 < n_m:
+        return Order.B_STATIONARY
+    if tile.order == Order.B_STATIONARY and n_m == 1 < n_n:
+        return Order.A_STATIONARY
+    return tile.order
 
 
 def compute(spec: MatmulSpec) -> tuple[list[te.Tensor], te.Tensor]:
@@ -46,43 +65,177 @@ def compute(spec: MatmulSpec) -> tuple[list[te.Tensor], te.Tensor]:
     return [a, b, *operands.values()], final
 
 
-def schedule(spec: MatmulSpec, tile: MatmulTile) -> Scheduled:
-    """Tile (M, N, K), stage A/B tiles into SRAM, accumulate in SRAM, fuse the epilogue."""
-    inputs, final = compute(spec)
-    sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
-    res = Scheduled(spec, tile, sch, axes={"a": "MK", "b": "NK" if spec.transpose_b else "KN", "out": "MN"})
-    m, n, k = spec.mnk
-    blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
-    loops = sch.get_loops(blk)
-    nb = len(loops) - 3
-    batch, (i, j, kk) = loops[:nb], loops[nb:]
-    mo, mi = split(sch, i, tile.tm)
-    no, ni = split(sch, j, tile.tn)
-    ko = None
-    if tile.tk < k:
-        ko, kk = split(sch, kk, tile.tk)
-    order = tile.order
-    n_m, n_n = -(-m // tile.tm), -(-n // tile.tn)
-    if order == Order.A_STATIONARY and n_n == 1 < n_m:
-        order = Order.B_STATIONARY  # pipeline the loop that has iterations
-    elif order == Order.B_STATIONARY and n_m == 1 < n_n:
-        order = Order.A_STATIONARY
-    outer = (mo, no) if order == Order.A_STATIONARY else (no, mo)
-    sch.reorder(*batch, *outer, *([ko] if ko else []), mi, ni, kk)
-    inner_out = outer[-1]
+class Matmul(OpKind):
+    """Matmul / dense (2-D and batched, ``b`` optionally transposed) on the tensor engine."""
 
-    a_s = sch.cache_read(blk, 0, SRAM)
-    b_s = sch.cache_read(blk, 1, SRAM)
-    res.roles[buffer_name(sch, a_s)] = "a"
-    res.roles[buffer_name(sch, b_s)] = "b"
-    res.loads += [attach(sch, a_s, ko if ko else mo, "dma"), attach(sch, b_s, ko if ko else no, "dma")]
+    spec_type = MatmulSpec
+    tile_type = MatmulTile
+    name = "matmul"
 
-    store = result_store(sch, spec, blk)
-    init = sch.decompose_reduction(blk, ko if ko else mi)
-    mark(sch, sch.blockize(sch.get_loops(init)[nb + 2]), "zero")
-    mark(sch, sch.blockize(mi), "matmul")
-    schedule_epilogue(sch, res, blk, inner_out, store, own_result=ko is not None)
+    # ---------------------------------------------------------------- template
+    def pipelining(self, spec: MatmulSpec, tile: MatmulTile) -> Pipelining:
+        """The K loop when the reduction is streamed, else the inner output-tile loop."""
+        m, n, k = spec.mnk
+        streamed = min(tile.tk, k) < k
+        inner = _ceil(n, tile.tn) if effective_order(spec, tile) == Order.A_STATIONARY else _ceil(m, tile.tm)
+        return Pipelining(streamed or inner > 1, streamed)
 
-    pipe = ko if ko is not None and extent(sch, ko) > 1 else inner_out
-    pipeline(sch, pipe, tile.stages, res.loads, res.stores)
-    return res
+    def schedule(self, spec: MatmulSpec, tile: MatmulTile) -> Scheduled:
+        """Tile (M, N, K), stage A/B tiles into SRAM, accumulate in SRAM, fuse the epilogue."""
+        inputs, final = compute(spec)
+        sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
+        res = Scheduled(spec, tile, sch,
+                        axes={Role.A: "MK", Role.B: "NK" if spec.transpose_b else "KN", Role.OUT: "MN"})
+        k = spec.mnk[2]
+        blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
+        loops = sch.get_loops(blk)
+        nb = len(loops) - 3
+        batch, (i, j, kk) = loops[:nb], loops[nb:]
+        mo, mi = split(sch, i, tile.tm)
+        no, ni = split(sch, j, tile.tn)
+        ko = None
+        if tile.tk < k:
+            ko, kk = split(sch, kk, tile.tk)
+        outer = (mo, no) if effective_order(spec, tile) == Order.A_STATIONARY else (no, mo)
+        sch.reorder(*batch, *outer, *([ko] if ko else []), mi, ni, kk)
+        inner_out = outer[-1]
+
+        a_s = sch.cache_read(blk, 0, SRAM_SCOPE)
+        b_s = sch.cache_read(blk, 1, SRAM_SCOPE)
+        res.roles[buffer_name(sch, a_s)] = Role.A
+        res.roles[buffer_name(sch, b_s)] = Role.B
+        res.loads += [attach(sch, a_s, ko if ko else mo, SiteKind.DMA),
+                      attach(sch, b_s, ko if ko else no, SiteKind.DMA)]
+
+        store = result_store(sch, spec, blk)
+        init = sch.decompose_reduction(blk, ko if ko else mi)
+        mark(sch, sch.blockize(sch.get_loops(init)[nb + 2]), SiteKind.ZERO)
+        mark(sch, sch.blockize(mi), SiteKind.MATMUL)
+        schedule_epilogue(sch, res, blk, inner_out, store, own_result=ko is not None)
+
+        pipe = ko if self.pipelining(spec, tile).streamed_reduction else inner_out
+        pipeline(sch, pipe, tile.stages, res.loads, res.stores)
+        return res
+
+    # -------------------------------------------------------------- tile space
+    def axes(self, spec: MatmulSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        m, n, k = spec.mnk
+        return {"tm": tile_extents(m, hw.mac_rows, opts), "tn": tile_extents(n, hw.mac_cols, opts),
+                "tk": tile_extents(k, hw.mac_rows, opts, limit=4), "order": list(Order),
+                "stages": [opts.pipeline_stages]}
+
+    def footprint(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> int:
+        k = spec.mnk[2]
+        tk = min(tile.tk, k)
+        p = self.pipelining(spec, tile)
+        streamed_k = p.streamed_reduction
+        order = effective_order(spec, tile)
+        s = tile.stages if p.pipelined else 1
+        isz, asz = spec.a.dtype.itemsize, ACCUMULATOR[spec.a.dtype].itemsize
+        a_v = s if (streamed_k or order == Order.B_STATIONARY) else 1
+        b_v = s if (streamed_k or order == Order.A_STATIONARY) else 1
+        out_v = 1 if streamed_k else (2 if s > 1 else 1)
+        buffers = [a_v * tile.tm * tk * isz, b_v * tk * tile.tn * isz]
+        buffers += epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, asz, 1 if streamed_k else s, out_v, streamed_k)
+        return sum(hw.align(x) for x in buffers)
+
+    # -------------------------------------------------------------- cost model
+    def steps(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> Iterator[Step]:
+        m, n, k = spec.mnk
+        dt = spec.a.dtype
+        tk = min(tile.tk, k)
+        k_tiles = axis_tiles(k, tk)
+        m_tiles, n_tiles = axis_tiles(m, tile.tm), axis_tiles(n, tile.tn)
+        order = effective_order(spec, tile)
+        a_batch = len(spec.a.shape) > 2
+        b_batch = len(spec.b.shape) > 2
+
+        def a_box(bi, mt, kt):
+            lo, ext = (mt[0], kt[0]), (mt[1], kt[1])
+            if a_batch:
+                return copy_cost(hw, dt, spec.a.shape, (bi, *lo), (1, *ext))
+            return copy_cost(hw, dt, spec.a.shape, lo, ext)
+
+        def b_box(bi, nt, kt):
+            lo, ext = ((nt[0], kt[0]), (nt[1], kt[1])) if spec.transpose_b else ((kt[0], nt[0]), (kt[1], nt[1]))
+            if b_batch:
+                return copy_cost(hw, dt, spec.b.shape, (bi, *lo), (1, *ext))
+            return copy_cost(hw, dt, spec.b.shape, lo, ext)
+
+        def out_box(bi, mt, nt, dtype=None):
+            dtype = dtype or spec.out.dtype
+            if len(spec.out.shape) > 2:
+                return copy_cost(hw, dtype, spec.out.shape, (bi, mt[0], nt[0]), (1, mt[1], nt[1]))
+            return copy_cost(hw, dtype, spec.out.shape, (mt[0], nt[0]), (mt[1], nt[1]))
+
+        streamed_k = len(k_tiles) > 1
+        for bi in range(spec.batch):
+            pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
+                     else [(mt, nt) for nt in n_tiles for mt in m_tiles])
+            prev = None
+            slot = 0
+            for mt, nt in pairs:
+                key = mt if order == Order.A_STATIONARY else nt
+                new_outer = key != prev
+                slot = 0 if new_outer else slot + 1
+                prev = key
+                vec = vector_cycles(hw, spec, mt[1] * nt[1])
+                store = out_box(bi, mt, nt)
+                for ki, kt in enumerate(k_tiles):
+                    loads = Copy()
+                    stationary = None
+                    if streamed_k:
+                        loads += a_box(bi, mt, kt)
+                        loads += b_box(bi, nt, kt)
+                    elif order == Order.A_STATIONARY:
+                        loads += b_box(bi, nt, kt)
+                        stationary = a_box(bi, mt, kt) if new_outer else None
+                    else:
+                        loads += a_box(bi, mt, kt)
+                        stationary = b_box(bi, nt, kt) if new_outer else None
+                    last = ki == len(k_tiles) - 1
+                    operands = Copy()
+                    for e in spec.epilogue if last else ():
+                        if e.operand is None:
+                            continue
+                        if e.broadcast == Broadcast.CHANNEL:
+                            operands += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
+                        else:
+                            operands += out_box(bi, mt, nt, e.operand.dtype)
+                    tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
+                    yield Step(loads, tensor, last, vec if last else 0, store if last else Copy(),
+                               stationary, operands, ki if streamed_k else slot)
+
+    def compute_floor(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> int:
+        m, n, k = spec.mnk
+        tk = min(tile.tk, k)
+        n_steps = _ceil(m, tile.tm) * _ceil(n, tile.tn) * _ceil(k, tk)
+        work = sum_ceil(k, tk, hw.mac_rows) * sum_ceil(n, tile.tn, hw.mac_cols) * m * hw.mac_pass_cycles(spec.a.dtype)
+        return spec.batch * (n_steps * hw.tensor_issue_cycles + work)
+
+    def traffic_floor(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> float:
+        extra = sum(e.operand.nbytes for e in spec.epilogue
+                    if e.operand is not None and e.broadcast == Broadcast.FULL)
+        m, n, k = spec.mnk
+        n_m, n_n = _ceil(m, tile.tm), _ceil(n, tile.tn)
+        streamed = min(tile.tk, k) < k
+        order = effective_order(spec, tile)
+        a_loads = n_n if (streamed or order == Order.B_STATIONARY) else 1
+        b_loads = n_m if (streamed or order == Order.A_STATIONARY) else 1
+        return (spec.a.nbytes * a_loads + spec.b.nbytes * b_loads + spec.out.nbytes + extra) / hw.dram_bytes_per_cycle
+
+    def outer_count(self, spec: MatmulSpec, tile: MatmulTile) -> int:
+        m, n, _ = spec.mnk
+        return _ceil(m, tile.tm) if effective_order(spec, tile) == Order.A_STATIONARY else _ceil(n, tile.tn)
+
+    def step_count(self, spec: MatmulSpec, tile: MatmulTile) -> int:
+        m, n, k = spec.mnk
+        return spec.batch * _ceil(m, tile.tm) * _ceil(n, tile.tn) * _ceil(k, min(tile.tk, k))
+
+    # ----------------------------------------------------------------- reports
+    def describe(self, spec: MatmulSpec) -> str:
+        m, n, k = spec.mnk
+        return f"matmul {m}x{n}x{k}" + epilogue_text(spec)
+
+
+KIND = register(Matmul())

@@ -7,10 +7,16 @@ DMA clamps the window and the pool instruction treats the border as padding
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from tvm import s_tir, te, tirx
+from tvm_npu.simulator import timing
+
+from tvm_npu.config import CompilerOptions, HardwareConfig
+from tvm_npu.ops import Broadcast, PoolKind, PoolSpec
+from tvm_npu.tiles import PoolTile
 
 from .common import (
-    SRAM,
     Scheduled,
     attach,
     buffer_name,
@@ -23,9 +29,31 @@ from .common import (
     schedule_epilogue,
     split,
 )
+from .contract import SRAM_SCOPE, Role, SiteKind
 from .conv2d import padded_extent
-from .ops import PoolKind, PoolSpec
-from .params import PoolTile
+from .cost import (
+    Copy,
+    Pipelining,
+    Step,
+    axis_tiles,
+    copy_cost,
+    epilogue_sizes,
+    tile_extents,
+    vector_cycles,
+    window_cost,
+    window_sum,
+)
+from .cost import ceil_div as _ceil
+from .kind import OpKind, epilogue_text, register
+
+
+def _window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
+    (kh, kw), (sh, sw) = spec.kernel, spec.strides
+    return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + kw
+
+
+def _spatial_tiles(spec: PoolSpec, tile: PoolTile) -> int:
+    return _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
 
 
 def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor, dict[str, str]]:
@@ -70,36 +98,109 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     chan = 1 if nchw else 3
     stages, operands = epilogue_stages(spec, acc, lambda idx: idx[chan])
     final = stages[-1] if stages else acc
-    return [data, *operands.values()], final, {"data": spec.layout, "out": spec.layout}  # SRAM tiles
+    return [data, *operands.values()], final, {Role.DATA: spec.layout, Role.OUT: spec.layout}  # SRAM tiles
 
 
-def schedule(spec: PoolSpec, tile: PoolTile) -> Scheduled:
-    inputs, final, axes = compute(spec, tile)
-    sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
-    res = Scheduled(spec, tile, sch, axes=axes, dram_axes={"data": spec.data.layout})
-    nchw = spec.layout == "NCHW"
-    blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
-    if nchw:
-        b, c, y, x, ry, rx = sch.get_loops(blk)
-    else:
-        b, y, x, c, ry, rx = sch.get_loops(blk)
-    co, ci = split(sch, c, tile.tc)
-    yo, yi = split(sch, y, tile.toh)
-    xo, xi = split(sch, x, tile.tow)
-    n_sp = -(-spec.out.dim("H") // tile.toh) * -(-spec.out.dim("W") // tile.tow)
-    if n_sp > 1:  # the pipelined loop is the innermost tile loop: make it the one with iterations
-        sch.reorder(b, co, yo, xo, ci, yi, xi, ry, rx)
-        s = sch.fuse(yo, xo)
-    else:
-        sch.reorder(b, yo, xo, co, ci, yi, xi, ry, rx)
-        s = co
-    pad = sch.get_sblock("pad")
-    sch.set_scope(pad, 0, SRAM)
-    res.roles[buffer_name(sch, pad)] = "data"
-    res.loads.append(attach(sch, pad, s, "dma"))
-    store = result_store(sch, spec, blk)
-    mark(sch, sch.blockize(sch.get_loops(sch.decompose_reduction(blk, ci))[-2]), "init")
-    mark(sch, sch.blockize(ci), "pool")
-    schedule_epilogue(sch, res, blk, s, store)
-    pipeline(sch, s, tile.stages, res.loads, res.stores)
-    return res
+class Pool(OpKind):
+    """Max / average / global pooling on the vector engine."""
+
+    spec_type = PoolSpec
+    tile_type = PoolTile
+    name = "pool"
+
+    # ---------------------------------------------------------------- template
+    def pipelining(self, spec: PoolSpec, tile: PoolTile) -> Pipelining:
+        """The fused spatial loop, or the channel loop when there is one spatial tile."""
+        return Pipelining(_ceil(spec.data.dim("C"), tile.tc) * _spatial_tiles(spec, tile) > 1)
+
+    def schedule(self, spec: PoolSpec, tile: PoolTile) -> Scheduled:
+        inputs, final, axes = compute(spec, tile)
+        sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
+        res = Scheduled(spec, tile, sch, axes=axes, dram_axes={Role.DATA: spec.data.layout})
+        nchw = spec.layout == "NCHW"
+        blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
+        if nchw:
+            b, c, y, x, ry, rx = sch.get_loops(blk)
+        else:
+            b, y, x, c, ry, rx = sch.get_loops(blk)
+        co, ci = split(sch, c, tile.tc)
+        yo, yi = split(sch, y, tile.toh)
+        xo, xi = split(sch, x, tile.tow)
+        if _spatial_tiles(spec, tile) > 1:  # the pipelined loop is the innermost tile loop: the one with iterations
+            sch.reorder(b, co, yo, xo, ci, yi, xi, ry, rx)
+            s = sch.fuse(yo, xo)
+        else:
+            sch.reorder(b, yo, xo, co, ci, yi, xi, ry, rx)
+            s = co
+        pad = sch.get_sblock("pad")
+        sch.set_scope(pad, 0, SRAM_SCOPE)
+        res.roles[buffer_name(sch, pad)] = Role.DATA
+        res.loads.append(attach(sch, pad, s, SiteKind.DMA))
+        store = result_store(sch, spec, blk)
+        mark(sch, sch.blockize(sch.get_loops(sch.decompose_reduction(blk, ci))[-2]), SiteKind.INIT)
+        mark(sch, sch.blockize(ci), SiteKind.POOL)
+        schedule_epilogue(sch, res, blk, s, store)
+        pipeline(sch, s, tile.stages, res.loads, res.stores)
+        return res
+
+    # -------------------------------------------------------------- tile space
+    def axes(self, spec: PoolSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        c, oh, ow = spec.data.dim("C"), spec.out.dim("H"), spec.out.dim("W")
+        return {"tc": tile_extents(c, hw.vector_lanes, opts), "toh": tile_extents(oh, 1, opts, limit=16),
+                "tow": tile_extents(ow, 1, opts, limit=4), "stages": [opts.pipeline_stages]}
+
+    def whole_rows(self, spec: PoolSpec, tile: PoolTile) -> bool:
+        return tile.tow == spec.out.dim("W")
+
+    def footprint(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
+        rows, cols = _window(spec, tile)
+        s = tile.stages if self.pipelining(spec, tile).pipelined else 1
+        isz = spec.data.dtype.itemsize
+        out_tile = tile.tc * tile.toh * tile.tow
+        buffers = [s * tile.tc * rows * cols * isz]
+        buffers += epilogue_sizes(spec, out_tile, tile.tc, isz, s, 2 if s > 1 else 1)
+        return sum(hw.align(x) for x in buffers)
+
+    # -------------------------------------------------------------- cost model
+    def steps(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Iterator[Step]:
+        nchw = spec.layout == "NCHW"
+        n, c = spec.data.dim("N"), spec.data.dim("C")
+        oh, ow = spec.out.dim("H"), spec.out.dim("W")
+        (kh, kw), (sh, sw), (pt, pl) = spec.kernel, spec.strides, spec.padding[:2]
+        rows, cols = _window(spec, tile)
+        dt = spec.data.dtype
+        n_sp = _spatial_tiles(spec, tile)
+        spatial = [(y, x) for y in axis_tiles(oh, tile.toh) for x in axis_tiles(ow, tile.tow)]
+        for b in range(n):
+            for ci, ct in enumerate(axis_tiles(c, tile.tc)):
+                for si, (y, x) in enumerate(spatial):
+                    r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+                    load = window_cost(hw, dt, spec.data, (b, ct[0], r0, c0), (1, ct[1], rows, cols), spec.layout)
+                    if nchw:
+                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
+                    else:
+                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
+                    nout = ct[1] * y[1] * x[1]
+                    vec = timing.vector_cycles(hw, nout, kh * kw) + vector_cycles(hw, spec, nout)
+                    # the loaded window is read by the vector engine: modelled as an epilogue operand
+                    yield Step(Copy(), 0, True, vec, store, None, load, si if n_sp > 1 else ci)
+
+    def traffic_floor(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> float:
+        extra = sum(e.operand.nbytes for e in spec.epilogue
+                    if e.operand is not None and e.broadcast == Broadcast.FULL)
+        kh, kw = spec.kernel
+        rows = window_sum(spec.out.dim("H"), tile.toh, spec.strides[0], kh, 1, spec.data.dim("H"), spec.padding[0])
+        cols = window_sum(spec.out.dim("W"), tile.tow, spec.strides[1], kw, 1, spec.data.dim("W"), spec.padding[1])
+        data = spec.data.dim("N") * spec.data.dim("C") * rows * cols * spec.data.dtype.itemsize
+        return (data + spec.out.nbytes + extra) / hw.dram_bytes_per_cycle
+
+    def step_count(self, spec: PoolSpec, tile: PoolTile) -> int:
+        return spec.data.dim("N") * _ceil(spec.data.dim("C"), tile.tc) * _spatial_tiles(spec, tile)
+
+    # ----------------------------------------------------------------- reports
+    def describe(self, spec: PoolSpec) -> str:
+        return (f"{spec.kind.value}pool{spec.kernel[0]}x{spec.kernel[1]}/s{spec.strides[0]} {spec.data.shape}"
+                + epilogue_text(spec))
+
+
+KIND = register(Pool())

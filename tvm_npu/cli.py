@@ -43,9 +43,9 @@ from tvm_npu.bench import (
 from tvm_npu.config import parse_target, target_help
 from tvm_npu.driver import npu_operators
 from tvm_npu.models import randomize_weights
+from tvm_npu.ops import spec_key
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
-from tvm_npu.tir_schedules.ops import spec_key
 from tvm_npu.tuning import gains, load_records, tune_specs
 
 PROG = "tvm-npu"

@@ -7,17 +7,19 @@
     fold-layout transforms next to conv2d / pooling folded into them (DMA through strides)
     partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions; host operators
                 that kept a folded layout transform get it back as a transpose
-    codegen     RunCodegen: relax.ext.npu compiles each partition into an ``npu`` module
+    plan        per NPU partition: fusion, on-chip intermediates, SRAM budgets, tiles
+                (tir_schedules.plan), attached to the partition function as ``npu.plan``
+    codegen     RunCodegen: relax.ext.npu lowers each partition's plan into an ``npu`` module
     host        relax.build of what remains, for llvm
 
 Every stage's output can be dumped (``dump_dir=`` or ``TVM_NPU_DUMP``): Relax IR
-as text after each Relax stage, and per operator its spec, scheduled TIR, schedule
-trace, lowered TIR and the program's disassembly from the codegen.
+as text after each Relax stage, each partition's plan as JSON and text, and per
+operator its spec, scheduled TIR, schedule trace, lowered TIR and the program's
+disassembly from the codegen.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -31,9 +33,10 @@ import tvm
 from tvm import relax
 
 import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
-from tvm_npu.codegen.partition import partition_specs
 from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.plan import PLAN_ATTR, PartitionPlan
 from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
+from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
     count_transforms,
     fold_layout_transforms,
@@ -41,7 +44,8 @@ from tvm_npu.relay_patterns.layout import (
     plan_layouts,
     unfold_host_layouts,
 )
-from tvm_npu.tir_schedules.params import TileParams, tile_to_json
+from tvm_npu.tiles import TileParams
+from tvm_npu.tir_schedules.plan import plan_partition
 
 Model = tvm.IRModule | onnx.ModelProto | str | os.PathLike
 
@@ -93,10 +97,37 @@ def _seq(passes: list[tvm.transform.Pass]) -> Callable[[tvm.IRModule], tvm.IRMod
     return run
 
 
+def is_npu_function(func: object) -> bool:
+    """Whether ``func`` is a partition the NPU compiles (``Codegen="npu"``)."""
+    return isinstance(func, relax.Function) and bool(func.attrs) and func.attrs.get("Codegen") == "npu"
+
+
+def plan_stage(target: NpuTarget, tiles: Mapping[str, TileParams] | None = None, dump_dir: Path | None = None,
+               plans: list[PartitionPlan] | None = None) -> tvm.transform.Pass:
+    """The plan stage as a pass: plans every NPU partition and attaches the plan (``npu.plan``);
+    each plan is also appended to ``plans`` and, with ``dump_dir``, written as JSON and text."""
+
+    @relax.transform.function_pass(opt_level=0, name="tvm_npu.Plan")
+    def plan_pass(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+        if not is_npu_function(func):
+            return func
+        plan = plan_partition(partition_graph(func, str(func.attrs["global_symbol"])), target, tiles)
+        if plans is not None:
+            plans.append(plan)
+        text = plan.to_json()
+        if dump_dir is not None:
+            (dump_dir / f"{plan.dump_stem}.plan.json").write_text(text)
+            (dump_dir / f"{plan.dump_stem}.plan.txt").write_text(plan.text())
+        return func.with_attr(PLAN_ATTR, text)
+
+    return plan_pass
+
+
 def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir: Path | None = None,
-           tiles: Mapping[str, TileParams] | None = None) -> list[Stage]:
-    """The pipeline, in order, for one target (see the module docstring)."""
-    options = {"target": str(target), "tiles": json.dumps({k: tile_to_json(v) for k, v in (tiles or {}).items()})}
+           tiles: Mapping[str, TileParams] | None = None, plans: list[PartitionPlan] | None = None) -> list[Stage]:
+    """The pipeline, in order, for one target (see the module docstring); the plan stage
+    appends every partition's plan to ``plans``."""
+    options = {"target": str(target)}
     if dump_dir is not None:
         options["dump_dir"] = str(dump_dir)
 
@@ -115,6 +146,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
             relax.transform.MergeCompositeFunctions(),
             unfold_host_layouts,
         ])),
+        Stage("plan", _seq([plan_stage(target, tiles, dump_dir, plans)])),
         Stage("codegen", codegen),
     ]
 
@@ -131,8 +163,7 @@ class BuildInfo:
     transforms_inserted: int  # by layout planning, before folding
     partitions: int
     stage_seconds: dict[str, float]
-
-
+    plans: tuple[PartitionPlan, ...] = ()
 
 
 def _call_macs(call: relax.Call) -> int:
@@ -157,8 +188,7 @@ def partition_info(mod: tvm.IRModule) -> tuple[dict[str, int], dict[str, int], i
     counts: dict[str, dict[str, int]] = {"npu": {}, "host": {}}
     macs = {"npu": 0, "host": 0}
     transforms = 0
-    npu_funcs = {gv.name_hint for gv, f in mod.functions.items()
-                 if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs}
+    npu_funcs = {gv.name_hint for gv, f in mod.functions.items() if is_npu_function(f)}
 
     def call(e: relax.Call, where: str, local: dict[relax.Var, relax.Function]) -> None:
         nonlocal transforms
@@ -203,18 +233,23 @@ def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> No
         (dump_dir / f"{index:02d}_{name}.relax.txt").write_text(mod.script(show_meta=False))
 
 
-def npu_operators(model: Model, target: str | NpuTarget = "npu", *,
-                  params: Mapping[str, Any] | None = None) -> list:
-    """The operator specs the NPU partitions of ``model`` compile to (what tuning measures)."""
+def plan_model(model: Model, target: str | NpuTarget = "npu", *,
+               params: Mapping[str, Any] | None = None) -> list[PartitionPlan]:
+    """The plans of ``model``'s NPU partitions: every stage up to and including ``plan``."""
     npu = parse_target(target)
     mod = load_model(model)
-    for stage in stages(npu, params):
+    plans: list[PartitionPlan] = []
+    for stage in stages(npu, params, plans=plans):
         if stage.name == "codegen":
             break
         mod = stage.run(mod)
-    return [spec for _, func in mod.functions.items()
-            if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs
-            for spec in partition_specs(func, npu)]
+    return plans
+
+
+def npu_operators(model: Model, target: str | NpuTarget = "npu", *,
+                  params: Mapping[str, Any] | None = None) -> list:
+    """The operator specs the NPU partitions of ``model`` compile to (what tuning measures)."""
+    return [op.spec for plan in plan_model(model, target, params=params) for op in plan.ops]
 
 
 def tune(model: Model, target: str | NpuTarget, records: str | os.PathLike, *, trials: int = 16,
@@ -271,7 +306,8 @@ def build_with_info(
     info = None
     inserted = 0
     before = count_transforms(mod)
-    for i, stage in enumerate(stages(npu, params, dump_path, tiles), start=1):
+    plans: list[PartitionPlan] = []
+    for i, stage in enumerate(stages(npu, params, dump_path, tiles, plans), start=1):
         t0 = time.perf_counter()
         mod = stage.run(mod)
         seconds[stage.name] = time.perf_counter() - t0
@@ -285,7 +321,7 @@ def build_with_info(
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
-                         stage_seconds=seconds)
+                         stage_seconds=seconds, plans=tuple(plans))
 
 
 def host_target() -> tvm.target.Target:

@@ -24,10 +24,10 @@ from tqdm import tqdm
 
 from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.ops import OpSpec, spec_key
 from tvm_npu.simulator import Simulator
+from tvm_npu.tiles import TileParams, tile_from_json, tile_to_json
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.ops import OpSpec, spec_key
-from tvm_npu.tir_schedules.params import TileParams, tile_from_json, tile_to_json
 
 RECORD_VERSION = 1
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import pytest
 from helpers import conv, matmul, run_op
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.ops import OpSpec
-from tvm_npu.tir_schedules.params import TileParams
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
+from tvm_npu.ops import OpSpec
+from tvm_npu.tiles import TileParams
 
 HW = HardwareConfig()
 #: Relative error allowed per layer, and the share of layers that must meet it.

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tvm_npu.relay_patterns.extract import check_padding
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.ops import ElementwiseSpec, OpSpec
-from tvm_npu.tir_schedules.params import ConvTile, EltwiseTile, MatmulTile, PoolTile, TileParams
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
+from tvm_npu.ops import ElementwiseSpec, OpSpec
+from tvm_npu.tiles import ConvTile, EltwiseTile, MatmulTile, PoolTile, TileParams
 
 HW = HardwareConfig()
 STAGES = (1, 2, 3)

@@ -16,7 +16,9 @@ import tvm_npu.relay_patterns.patterns as patterns_mod
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 from tvm_npu.relay_patterns import HostFallbackWarning, canonicalize_passes, extract_op, pattern_table
-from tvm_npu.tir_schedules.ops import (
+
+from tvm_npu.config import DType, NpuTarget, parse_target
+from tvm_npu.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,
@@ -26,8 +28,6 @@ from tvm_npu.tir_schedules.ops import (
     PoolSpec,
     TensorRef,
 )
-
-from tvm_npu.config import DType, NpuTarget, parse_target
 
 F32 = "float32"
 RNG = np.random.default_rng(0)

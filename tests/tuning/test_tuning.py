@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from helpers import conv, matmul
 from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.params import tile_to_json
 
 import tvm_npu
 from tvm_npu.config import CompilerOptions, HardwareConfig, parse_target
 from tvm_npu.models import tiny_convnet
+from tvm_npu.tiles import tile_to_json
 from tvm_npu.tuning import best_tiles, load_records, measure, tune_specs
 
 
@@ -37,7 +37,7 @@ def test_records_are_json_lines_with_measured_cycles(records: Path) -> None:
 
 
 def _key(spec):
-    from tvm_npu.tir_schedules.ops import spec_key
+    from tvm_npu.ops import spec_key
 
     return spec_key(spec)
 

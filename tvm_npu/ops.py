@@ -69,13 +69,21 @@ class TensorRef:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """One elementwise step on the output tile; binary steps read ``operand`` from DRAM."""
+    """One elementwise step on the output tile; binary steps read ``operand`` from DRAM.
+
+    ``lo``/``hi`` are float parameters (clip bounds), ``ints`` integer ones (e.g. a
+    requantisation's zero point and shift); ``dtype`` is the step's result type when it
+    differs from its input's (a requantise to int8), else None. What each kind means in
+    every stage is :data:`tvm_npu.epilogue.RULES`.
+    """
 
     kind: EpiKind
     operand: TensorRef | None = None
     broadcast: Broadcast = Broadcast.FULL
     lo: float = 0.0
     hi: float = 0.0
+    ints: tuple[int, ...] = ()
+    dtype: DType | None = None
 
     def __post_init__(self) -> None:
         if self.kind.binary != (self.operand is not None):
@@ -223,5 +231,6 @@ def spec_key(spec: OpSpec) -> str:
         v = getattr(spec, f.name)
         parts.append(ref(v) if isinstance(v, TensorRef) else f"{f.name}={v.value if isinstance(v, enum.Enum) else v}")
     for e in spec.epilogue:
-        parts.append(f"{e.kind.value}:{e.broadcast.value}:{ref(e.operand)}:{e.lo}:{e.hi}")
+        extra = (f":{list(e.ints)}" if e.ints else "") + (f":{e.dtype.name}" if e.dtype else "")
+        parts.append(f"{e.kind.value}:{e.broadcast.value}:{ref(e.operand)}:{e.lo}:{e.hi}{extra}")
     return "|".join(parts)

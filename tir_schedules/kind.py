@@ -1,0 +1,117 @@
+"""What one operator kind must say about itself, and the registry of kinds.
+
+Every operator kind (``conv2d.py``, ``matmul.py``, ``pool.py``, ``elementwise.py``)
+keeps side by side what changes together: its TE compute and schedule template, the
+loop it pipelines, its tile axes and candidates, its SRAM footprint, and its cost
+model (the steps of its pipelined loop, and closed-form floors for ranking). The
+planner (``planner.py``) is a search over any kind; the codegen emits any kind.
+Adding a kind is one module subclassing :class:`OpKind`, registered with
+:func:`register`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import ClassVar
+
+from tvm_npu.config import CompilerOptions, HardwareConfig
+from tvm_npu.ops import OpSpec
+from tvm_npu.tiles import TileParams
+
+from .common import Scheduled
+from .cost import Pipelining, Step
+
+
+class OpKind(abc.ABC):
+    """One operator kind: its template, its tile space and its cost model."""
+
+    #: The spec class this kind handles and the tile record that parameterises it.
+    spec_type: ClassVar[type]
+    tile_type: ClassVar[type]
+    #: The operator's name in reports (``conv2d``, ``matmul``, ``pool``, ``elementwise``).
+    name: ClassVar[str]
+
+    # ---------------------------------------------------------------- template
+    @abc.abstractmethod
+    def schedule(self, spec: OpSpec, tile: TileParams) -> Scheduled:
+        """TE compute -> PrimFunc -> ``tvm.s_tir`` schedule (see ``common.py`` for the conventions)."""
+
+    @abc.abstractmethod
+    def pipelining(self, spec: OpSpec, tile: TileParams) -> Pipelining:
+        """The loop the template pipelines: read by the schedule, the footprint and the cost model."""
+
+    # -------------------------------------------------------------- tile space
+    @abc.abstractmethod
+    def axes(self, spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        """Per field of :attr:`tile_type`, the values the search tries (smallest first)."""
+
+    def admits(self, spec: OpSpec, tile: TileParams) -> bool:
+        """Constraints across axes that the product of :meth:`axes` does not express."""
+        return True
+
+    def whole_rows(self, spec: OpSpec, tile: TileParams) -> bool | None:
+        """Whether ``tile`` spans whole output rows (None: the kind has no such preference).
+
+        Whole-row tiles give the longest DRAM runs and no column halo; narrower tiles are
+        only considered when no whole-row tile fits.
+        """
+        return None
+
+    @abc.abstractmethod
+    def footprint(self, spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
+        """SRAM bytes the template allocates (aligned buffers times their versions)."""
+
+    # -------------------------------------------------------------- cost model
+    @abc.abstractmethod
+    def steps(self, spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> Iterator[Step]:
+        """The iterations of the pipelined loop, in execution order, lazily."""
+
+    def compute_floor(self, spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
+        """Tensor-engine cycles of all tiles back to back (closed form; 0 without the array)."""
+        return 0
+
+    @abc.abstractmethod
+    def traffic_floor(self, spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
+        """DRAM channel cycles of the useful bytes this tile must move (re-loads included)."""
+
+    def outer_count(self, spec: OpSpec, tile: TileParams) -> int:
+        """Iterations of the loop outside the pipelined one (stationary operands reload per iteration)."""
+        return 1
+
+    @abc.abstractmethod
+    def step_count(self, spec: OpSpec, tile: TileParams) -> int:
+        """How many steps :meth:`steps` yields (closed form)."""
+
+    # ----------------------------------------------------------------- reports
+    @abc.abstractmethod
+    def describe(self, spec: OpSpec) -> str:
+        """A one-line description of the operator for reports."""
+
+    def compute_dtype(self, spec: OpSpec) -> str:
+        """The dtype the operator computes in (the report's ``dtype`` column)."""
+        return spec.inputs[0].dtype.np.name
+
+
+_KINDS: dict[type, OpKind] = {}
+
+
+def register(kind: OpKind) -> OpKind:
+    """Make ``kind`` the handler of its spec type."""
+    _KINDS[kind.spec_type] = kind
+    return kind
+
+
+def kind_of(spec: OpSpec) -> OpKind:
+    """The kind that handles ``spec``; ``TypeError`` for a spec no kind handles."""
+    try:
+        return _KINDS[type(spec)]
+    except KeyError:
+        raise TypeError(f"no operator kind handles {type(spec).__name__}; known: "
+                        f"{sorted(t.__name__ for t in _KINDS)}") from None
+
+
+def epilogue_text(spec: OpSpec) -> str:
+    """`` +bias+relu`` for a spec's epilogue steps (empty when there are none)."""
+    epi = "+".join(e.kind.value for e in spec.epilogue)
+    return f" +{epi}" if epi else ""

@@ -1,0 +1,167 @@
+"""The plan stage: every decision that spans the operators of one NPU partition.
+
+``plan_partition(graph, target) -> PartitionPlan`` decides, in this order:
+
+1. **fusion** (``-fusion>=1``): an elementwise operator folds into its producer's
+   epilogue when the producer's result has no other use, the shapes match, a
+   per-channel operand lines up with the producer's channel axis and the fused tile
+   still fits the SRAM;
+2. **residency** (``-fusion>=2``): an intermediate that only the next operator reads,
+   and that takes at most an eighth of the SRAM, stays on chip. Regions are allocated
+   from the top of the SRAM with lifetimes (producer .. last reader): a region is
+   placed at the highest address free of every region live at the same time;
+3. **tiles**: each operator's own buffers get the SRAM below the regions live while it
+   runs; its tile is the tuned one (by :func:`~tvm_npu.ops.spec_key`) when it fits
+   that budget, else the planner's choice.
+
+The codegen lowers the plan and decides nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from tvm_npu.config import HardwareConfig, NpuTarget
+from tvm_npu.epilogue import RULES
+from tvm_npu.ops import Broadcast, ElementwiseSpec, Epilogue, MatmulSpec, OpSpec, TensorRef, spec_key
+from tvm_npu.plan import OpPlan, PartitionGraph, PartitionPlan, SramRegion
+from tvm_npu.tiles import TileParams
+
+from . import planner
+
+#: Tuned tiles by :func:`~tvm_npu.ops.spec_key` (how tuning records reach the plan).
+TileTable = Mapping[str, TileParams]
+
+#: An on-chip intermediate may take at most this share of the SRAM.
+RESIDENT_SHARE = 8
+
+
+@dataclass
+class _Op:
+    spec: OpSpec
+    fused: tuple[str, ...]
+
+
+def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | None = None) -> PartitionPlan:
+    """Fuse, place on-chip intermediates and choose tiles for one partition (module docstring)."""
+    hw, opts = target.hw, target.options
+    ops = [_Op(g.spec, g.fused) for g in graph.ops]
+    if opts.fusion >= 1:
+        ops = fuse(ops, graph.outputs, target)
+    resident = _allocate(ops, graph.outputs, hw) if opts.fusion >= 2 else []
+    while True:
+        try:
+            planned = [_plan_op(k, op, resident, target, tiles or {}) for k, op in enumerate(ops)]
+            break
+        except _Tight as e:  # the regions live at this operator leave no tile: give them up
+            resident = [r for r in resident if not r.live_at(e.op)]
+    return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), tuple(resident))
+
+
+class _Tight(Exception):
+    def __init__(self, op: int) -> None:
+        self.op = op
+
+
+def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget, tiles: TileTable) -> OpPlan:
+    hw, opts = target.hw, target.options
+    live = [r.addr for r in resident if r.live_at(k)]
+    limit = min(live, default=hw.max_sram_bytes)
+    plan_hw = replace(hw, max_sram_bytes=limit) if limit != hw.max_sram_bytes else hw
+    tile = tiles.get(spec_key(op.spec))
+    if tile is None or planner.footprint(op.spec, tile, plan_hw) > limit:
+        try:
+            tile = planner.choose(op.spec, plan_hw, opts)
+        except planner.NoTileFits:
+            if live:
+                raise _Tight(k) from None
+            raise
+    est = planner.estimate(op.spec, tile, plan_hw)
+    return OpPlan(op.spec, tile, op.fused, limit, est.cycles, est.sram_bytes)
+
+
+# ---------------------------------------------------------------------- fusion
+def _consumers(ops: Sequence[_Op]) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for op in ops:
+        for t in op.spec.inputs:
+            count[t.name] = count.get(t.name, 0) + 1
+    return count
+
+
+def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]:
+    """Fold elementwise operators into their producer's epilogue (``-fusion>=1``)."""
+    changed = True
+    while changed:
+        changed = False
+        uses = _consumers(ops)
+        producer = {op.spec.out.name: i for i, op in enumerate(ops)}
+        for j, op in enumerate(ops):
+            spec = op.spec
+            if not isinstance(spec, ElementwiseSpec):
+                continue
+            steps = list(spec.epilogue)
+            src = spec.data
+            first = steps[0] if steps else None
+            if (src.name not in producer and first is not None and RULES[first.kind].commutative
+                    and first.operand is not None and first.broadcast == Broadcast.FULL
+                    and first.operand.name in producer):
+                src, steps[0] = first.operand, replace(first, operand=src)
+            i = producer.get(src.name)
+            if i is None or uses.get(src.name, 0) != 1 or src.name in outputs:
+                continue
+            prod = ops[i].spec
+            if prod.out.shape != spec.out.shape or prod.out.dtype != spec.out.dtype:
+                continue
+            if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
+                continue  # a per-channel operand would line up with another axis
+            between = {o.spec.out.name for o in ops[i + 1 : j]}
+            if any(s.operand is not None and s.operand.name in between for s in steps):
+                continue  # an operand computed between producer and consumer: would be read too early
+            fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
+                            epilogue=prod.epilogue + tuple(_relayout(s, prod.out) for s in steps))
+            if not planner.fits(fused, target.hw, target.options):
+                continue
+            ops[i] = _Op(fused, ops[i].fused + op.fused)
+            del ops[j]
+            changed = True
+            break
+    return ops
+
+
+def channel_axis(spec: OpSpec) -> int:
+    """The output axis per-channel epilogue operands run along."""
+    layout = spec.out.layout
+    if isinstance(spec, MatmulSpec) or "C" not in layout:
+        return len(spec.out.shape) - 1
+    return layout.index("C")
+
+
+def _relayout(step: Epilogue, out: TensorRef) -> Epilogue:
+    """An elementwise step moved onto a producer keeps its operand, in the producer's layout."""
+    if step.operand is not None and step.broadcast == Broadcast.FULL:
+        return replace(step, operand=replace(step.operand, layout=out.layout))
+    return step
+
+
+# ------------------------------------------------------------------- residency
+def _allocate(ops: Sequence[_Op], outputs: Sequence[str], hw: HardwareConfig) -> list[SramRegion]:
+    """On-chip regions for the intermediates ``-fusion=2`` keeps (module docstring, step 2)."""
+    uses = _consumers(ops)
+    regions: list[SramRegion] = []
+    for k in range(len(ops) - 1):
+        out = ops[k].spec.out
+        nbytes = hw.align(out.nbytes)
+        readers = {t.name for t in ops[k + 1].spec.inputs}
+        if out.name in outputs or uses.get(out.name, 0) != 1 or out.name not in readers:
+            continue
+        if nbytes > hw.max_sram_bytes // RESIDENT_SHARE:
+            continue
+        busy = sorted(((r.addr, r.addr + r.nbytes) for r in regions if r.last_use >= k), reverse=True)
+        top = hw.max_sram_bytes
+        for lo, hi in busy:  # highest first: slide below every live region that overlaps
+            if top - nbytes < hi and lo < top:
+                top = lo
+        regions.append(SramRegion(out.name, top - nbytes, nbytes, k, k + 1))
+    return regions

@@ -1,0 +1,93 @@
+"""The epilogue kinds, in one table: what each elementwise step is in every stage.
+
+For each :class:`~tvm_npu.ops.EpiKind`: the Relax operator the pattern table matches
+(and the name its pattern carries), its TE expression (the templates' compute), the
+vector instruction the codegen emits, its cost class (cycles per lane group, from the
+ISA's own classification, so the cost model and the simulator cannot disagree) and
+its dtype rule. Adding an elementwise step is one row here (plus the instruction, if
+the ISA lacks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.ir import Expr as PrimExpr
+
+from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.ops import EpiKind, Epilogue
+from tvm_npu.simulator import isa, timing
+
+#: ``te(x, y, step)``: the step's value for input element ``x`` and operand element ``y`` (None if unary).
+TeRule = Callable[[PrimExpr, PrimExpr | None, Epilogue], PrimExpr]
+
+
+@dataclass(frozen=True)
+class EpiRule:
+    """Everything the stages need to know about one epilogue kind."""
+
+    kind: EpiKind
+    relax_op: str | None  # the Relax operator matched as this step (None: derived from another, e.g. bias)
+    te: TeRule
+    opcode: isa.Opcode
+    commutative: bool = False  # binary steps: ``op(x, y) == op(y, x)``
+    float_only: bool = False  # refused on integer results
+
+    @property
+    def pattern_name(self) -> str:
+        """The pattern-table name of the step (``relax.nn.relu`` -> ``relu``)."""
+        assert self.relax_op is not None
+        return self.relax_op.rsplit(".", 1)[-1]
+
+    @property
+    def unary(self) -> bool:
+        return not self.kind.binary
+
+
+def _gelu(x: PrimExpr, _y: PrimExpr | None, _s: Epilogue) -> PrimExpr:
+    dt = x.dtype
+    return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.erf(x * tirx.const(0.7071067811865476, dt)))
+
+
+def _clip(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    return tirx.min(tirx.max(x, tirx.const(s.lo, x.dtype)), tirx.const(s.hi, x.dtype))
+
+
+_RULES = (
+    EpiRule(EpiKind.BIAS, None, lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
+    EpiRule(EpiKind.ADD, "relax.add", lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
+    EpiRule(EpiKind.SUB, "relax.subtract", lambda x, y, _: x - y, isa.Opcode.VSUB),
+    EpiRule(EpiKind.MUL, "relax.multiply", lambda x, y, _: x * y, isa.Opcode.VMUL, commutative=True),
+    EpiRule(EpiKind.MAX, "relax.maximum", lambda x, y, _: tirx.max(x, y), isa.Opcode.VMAX, commutative=True),
+    EpiRule(EpiKind.MIN, "relax.minimum", lambda x, y, _: tirx.min(x, y), isa.Opcode.VMIN, commutative=True),
+    EpiRule(EpiKind.RELU, "relax.nn.relu", lambda x, _y, _s: tirx.max(x, tirx.const(0, x.dtype)), isa.Opcode.VRELU),
+    EpiRule(EpiKind.CLIP, "relax.clip", _clip, isa.Opcode.VCLIP),
+    EpiRule(EpiKind.SIGMOID, "relax.sigmoid", lambda x, _y, _s: tirx.sigmoid(x), isa.Opcode.VSIGMOID,
+            float_only=True),
+    EpiRule(EpiKind.TANH, "relax.tanh", lambda x, _y, _s: tirx.tanh(x), isa.Opcode.VTANH, float_only=True),
+    EpiRule(EpiKind.GELU, "relax.nn.gelu", _gelu, isa.Opcode.VGELU, float_only=True),
+)
+
+#: The table, by kind.
+RULES: dict[EpiKind, EpiRule] = {r.kind: r for r in _RULES}
+assert set(RULES) == set(EpiKind), "every epilogue kind needs a row"
+#: Relax operator -> kind, for the steps the pattern table matches.
+BY_RELAX_OP: dict[str, EpiKind] = {r.relax_op: r.kind for r in _RULES if r.relax_op is not None}
+
+
+def rule(kind: EpiKind) -> EpiRule:
+    return RULES[kind]
+
+
+def step_cycles(hw: HardwareConfig, step: Epilogue, nelems: int) -> int:
+    """Vector-engine cycles of one epilogue step over ``nelems`` elements (the simulator's formula)."""
+    per_group = hw.transcendental_cycles if RULES[step.kind].opcode in isa.VecUnary.TRANSCENDENTAL else 1
+    return timing.vector_cycles(hw, nelems, per_group)
+
+
+def check_dtype(step: Epilogue, out: DType) -> None:
+    """Raise ``ValueError`` when ``step`` cannot run on a result of dtype ``out``."""
+    if RULES[step.kind].float_only and not out.is_float:
+        raise ValueError(f"{step.kind.value} on an integer ({out.np.name}) result is not supported")

@@ -1,0 +1,187 @@
+"""What the plan stage decides for one NPU partition, as typed, serialisable records.
+
+The partition stage hands over a :class:`PartitionGraph` (the operators a partition
+computes, before any cross-operator decision); the plan stage
+(``tir_schedules/plan.py``) turns it into a :class:`PartitionPlan`: the operators after
+fusion, in the order they run, the tile of each, which intermediates stay in SRAM and
+where (regions with lifetimes), and each operator's SRAM budget. The codegen only
+lowers a plan; tuning, the report and ``BuildInfo`` read the same plan. Plans round-trip
+through JSON (:meth:`PartitionPlan.to_json` / :meth:`PartitionPlan.from_json`): the
+dump and the hand-over from the plan stage to the codegen use that form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tvm_npu.ops import Conv2dSpec, ElementwiseSpec, MatmulSpec, OpSpec, PoolSpec, TensorRef
+from tvm_npu.tiles import TileParams, tile_from_json, tile_to_json
+
+#: Bump when the JSON form changes incompatibly; older plans are rejected with a clear error.
+PLAN_VERSION = 1
+#: The attribute under which the plan stage attaches a plan (as JSON) to its partition function.
+PLAN_ATTR = "npu.plan"
+
+
+@dataclass(frozen=True)
+class GraphOp:
+    """One operator as partitioning matched it, and the composite pattern(s) it came from."""
+
+    spec: OpSpec
+    fused: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionGraph:
+    """A partition's operators in program order, its DRAM inputs and outputs, and the
+    constants the operators name (weights, already in the layout the specs state)."""
+
+    symbol: str
+    inputs: tuple[TensorRef, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[GraphOp, ...]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SramRegion:
+    """An intermediate kept in SRAM from the operator that writes it to the last that reads it."""
+
+    tensor: str
+    addr: int
+    nbytes: int
+    producer: int  # index into PartitionPlan.ops
+    last_use: int
+
+    def live_at(self, op: int) -> bool:
+        return self.producer <= op <= self.last_use
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """One operator of the plan: its (fused) spec, its tile and what the cost model expects."""
+
+    spec: OpSpec
+    tile: TileParams
+    fused: tuple[str, ...]  # the composite patterns folded into this operator
+    sram_limit: int  # the operator's own buffers live in [0, sram_limit); resident regions above
+    predicted_cycles: float
+    sram_bytes: int  # of the operator's own buffers (the tile's footprint)
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """Everything the codegen needs to decide nothing: see the module docstring."""
+
+    symbol: str
+    target: str
+    inputs: tuple[TensorRef, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[OpPlan, ...]
+    resident: tuple[SramRegion, ...] = ()
+
+    def region(self, tensor: str) -> SramRegion | None:
+        return next((r for r in self.resident if r.tensor == tensor), None)
+
+    @property
+    def dump_stem(self) -> str:
+        """A short, stable file-name stem for this partition's dumps (symbols can be very long)."""
+        return dump_stem(self.symbol)
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> str:
+        return json.dumps({"version": PLAN_VERSION, **_encode(self)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> PartitionPlan:
+        """Parse :meth:`to_json`'s output; ``ValueError`` naming what is wrong otherwise."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"a partition plan is not valid JSON: {e}") from None
+        if not isinstance(data, dict) or data.pop("version", None) != PLAN_VERSION:
+            raise ValueError(f"not a partition plan of version {PLAN_VERSION}")
+        try:
+            return _decode(cls, data)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed partition plan: {e}") from None
+
+    # ------------------------------------------------------------------ text
+    def text(self) -> str:
+        """A readable summary: one line per operator, then the SRAM regions."""
+        lines = [f"plan {self.symbol}  target: {self.target}",
+                 f"  inputs  {', '.join(f'{t.name}{list(t.shape)}' for t in self.inputs)}",
+                 f"  outputs {', '.join(self.outputs)}"]
+        for i, op in enumerate(self.ops):
+            lines.append(f"  [{i}] {op.spec.name:<22s} -> {op.spec.out.name}{list(op.spec.out.shape)}  "
+                         f"tile {tile_to_json(op.tile)}  sram {op.sram_bytes}/{op.sram_limit} B  "
+                         f"~{op.predicted_cycles:,.0f} cycles  fused {'+'.join(op.fused)}")
+        for r in self.resident:
+            lines.append(f"  sram [{r.addr}, {r.addr + r.nbytes}) {r.tensor}: ops {r.producer}..{r.last_use}")
+        return "\n".join(lines) + "\n"
+
+
+def dump_stem(symbol: str, keep: int = 48) -> str:
+    """``symbol`` itself when short, else its first ``keep`` characters and a hash of the whole."""
+    if len(symbol) <= keep + 11:
+        return symbol
+    return f"{symbol[:keep]}_{hashlib.sha1(symbol.encode()).hexdigest()[:10]}"
+
+
+# --------------------------------------------------------------------------- codec
+_SPECS: dict[str, type] = {c.__name__: c for c in (Conv2dSpec, MatmulSpec, PoolSpec, ElementwiseSpec)}
+_TAG = "spec"  # the key naming a spec's class
+
+
+def _encode(obj: Any) -> Any:
+    """Dataclasses as dicts (specs tagged with their class), enums by name, tuples as lists."""
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if dataclasses.is_dataclass(obj):
+        if isinstance(obj, TileParams):
+            return tile_to_json(obj)
+        d = {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {_TAG: type(obj).__name__, **d} if type(obj).__name__ in _SPECS else d
+    if isinstance(obj, tuple | list):
+        return [_encode(x) for x in obj]
+    return obj
+
+
+def _decode(tp: Any, data: Any) -> Any:
+    """Inverse of :func:`_encode` for the annotated type ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if data is None and type(None) in options:
+            return None
+        if all(o in _SPECS.values() for o in options if o is not type(None)):
+            return _decode(_SPECS[data[_TAG]], data)
+        if TileParams in options or all(isinstance(o, type) and o.__name__.endswith("Tile") for o in options):
+            return tile_from_json(data)
+        (only,) = [o for o in options if o is not type(None)]
+        return _decode(only, data)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], x) for x in data)
+        return tuple(_decode(a, x) for a, x in zip(args, data, strict=True))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp[data]
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kw = {f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
+        return tp(**kw)
+    if tp is float:
+        return float(data)
+    if tp in (int, str, bool) and not isinstance(data, tp):
+        raise TypeError(f"expected {tp.__name__}, got {data!r}")
+    return data
