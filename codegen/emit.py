@@ -17,16 +17,17 @@ operations. Three things are decided here rather than in TIR:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from tvm_npu.simulator import isa
+from tvm_npu.simulator import ProgramBuilder, isa
+from tvm_npu.simulator.builder import row_major
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
 
-from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.config import DType
 from tvm_npu.epilogue import RULES
 from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
 
@@ -41,14 +42,6 @@ def _dot(a: Sequence[int], b: Sequence[int]) -> int:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= int(n)
-    return tuple(reversed(strides))
-
-
 # ---------------------------------------------------------------- program state
 @dataclass(frozen=True)
 class Resident:
@@ -56,59 +49,6 @@ class Resident:
 
     addr: int
     dtype: DType
-
-
-@dataclass
-class ProgramAssembler:
-    """Program-level state shared by the operators of one partition.
-
-    Operators allocate their buffers below ``sram_limit``; above it live the
-    partition's on-chip intermediates (``resident``, by tensor name).
-    """
-
-    hw: HardwareConfig
-    sram_limit: int = 0
-    resident: dict[str, Resident] = field(default_factory=dict)
-    tensors: list[isa.TensorDecl] = field(default_factory=list)
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-    instructions: list[isa.Instruction] = field(default_factory=list)
-    layer_of: list[int] = field(default_factory=list)
-    sram_top: int = 0
-    sram_peak: int = 0
-
-    def declare(self, name: str, shape: Sequence[int], dtype: DType, kind: isa.TensorKind,
-                data: np.ndarray | None = None) -> int:
-        for i, t in enumerate(self.tensors):
-            if t.name == name:
-                return i
-        self.tensors.append(isa.TensorDecl(name, dtype, tuple(int(n) for n in shape), kind))
-        if data is not None:
-            self.constants[name] = np.ascontiguousarray(data, dtype=dtype.np)
-        return len(self.tensors) - 1
-
-    def index(self, name: str) -> int:
-        for i, t in enumerate(self.tensors):
-            if t.name == name:
-                return i
-        raise EmitError(f"DRAM tensor {name!r} is not declared in this partition")
-
-    def __post_init__(self) -> None:
-        self.sram_limit = self.sram_limit or self.hw.max_sram_bytes
-
-    def alloc(self, nbytes: int) -> int:
-        addr = self.sram_top
-        self.sram_top = addr + self.hw.align(nbytes)
-        if self.sram_top > self.sram_limit:
-            raise EmitError(
-                f"SRAM overflow: {self.sram_top} bytes needed, {self.sram_limit} available for operators "
-                f"(-max-sram-bytes={self.hw.max_sram_bytes})"
-            )
-        self.sram_peak = max(self.sram_peak, self.sram_top)
-        return addr
-
-    def emit(self, instr: isa.Instruction, layer: int) -> None:
-        self.instructions.append(instr)
-        self.layer_of.append(layer)
 
 
 # ------------------------------------------------------------ validity records
@@ -180,11 +120,11 @@ class _Operand:
 
 
 class OperatorEmitter:
-    """Emits one scheduled operator into a :class:`ProgramAssembler`."""
+    """Emits one scheduled operator into a :class:`~tvm_npu.simulator.ProgramBuilder`."""
 
-    def __init__(self, asm: ProgramAssembler, spec: OpSpec, walk: CompiledWalk, scheduled: Scheduled,
-                 layer: int) -> None:
-        self.asm, self.spec, self.walk, self.layer = asm, spec, walk, layer
+    def __init__(self, asm: ProgramBuilder, spec: OpSpec, walk: CompiledWalk, scheduled: Scheduled,
+                 layer: int, resident: Mapping[str, Resident]) -> None:
+        self.asm, self.spec, self.walk, self.layer, self.resident = asm, spec, walk, layer, resident
         self.roles, self.axes, self.dram_axes = scheduled.roles, scheduled.axes, scheduled.dram_axes
         aliases = scheduled.aliases
         self.hw = asm.hw
@@ -205,7 +145,7 @@ class OperatorEmitter:
             if target in buffers and buffers[target].shape == buf.shape and buffers[target].dtype == buf.dtype:
                 self.addr[name] = place(target)
             else:
-                self.addr[name] = self.asm.alloc(math.prod(buf.shape) * np.dtype(buf.dtype).itemsize)
+                self.addr[name] = self.asm.alloc(math.prod(buf.shape) * np.dtype(buf.dtype).itemsize, name)
             return self.addr[name]
 
         for name in buffers:
@@ -262,8 +202,8 @@ class OperatorEmitter:
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
         dims = copy_plan(ext, d_str, s_str)
         name = dram_name(dram.buffer)
-        resident = self.asm.resident.get(name)
-        tensor = -1 if resident else self.asm.index(name)
+        resident = self.resident.get(name)
+        tensor = -1 if resident else self.asm.tensor_index(name)
         dtype = resident.dtype if resident else self.asm.tensors[tensor].dtype
         itemsize = dtype.itemsize
         cls = isa.DmaLoad if load else isa.DmaStore

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from tvm_npu.simulator import isa
+from tvm_npu.simulator import ProgramBuilder, isa
 from tvm_npu.tir_schedules import Scheduled, schedule
 
 from tvm_npu.config import HardwareConfig
 from tvm_npu.ops import OpSpec
 from tvm_npu.tiles import TileParams
 
-from .emit import OperatorEmitter, ProgramAssembler
+from .emit import OperatorEmitter, Resident
 from .lower import lower
 from .sync import insert_semaphores
 from .tir_walk import compile_walk
@@ -20,9 +20,10 @@ from .tir_walk import compile_walk
 Dump = Callable[[str, str], None]
 
 
-def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, layer: int,
-                     dump: Dump | None = None) -> Scheduled:
-    """Emit ``spec`` scheduled with ``tile``; its SRAM is released again afterwards."""
+def compile_operator(asm: ProgramBuilder, spec: OpSpec, tile: TileParams, layer: int,
+                     dump: Dump | None = None, resident: Mapping[str, Resident] | None = None) -> Scheduled:
+    """Emit ``spec`` scheduled with ``tile`` (instructions tagged ``layer``); its SRAM is
+    released again afterwards. ``resident`` names the on-chip intermediates it reads or writes."""
     scheduled = schedule(spec, tile)
     lowered = lower(scheduled.sch.mod)
     walk = compile_walk(lowered["main"])
@@ -32,20 +33,19 @@ def compile_operator(asm: ProgramAssembler, spec: OpSpec, tile: TileParams, laye
         dump("2_schedule_trace", str(scheduled.sch.trace))
         dump("3_lowered_tir", lowered.script())
         dump("4_walk", walk.source)
-    mark = asm.sram_top
-    OperatorEmitter(asm, spec, walk, scheduled, layer).run()
-    asm.sram_top = mark
+    mark = asm.sram_mark()
+    OperatorEmitter(asm, spec, walk, scheduled, layer, resident or {}).run()
+    asm.sram_release(mark)
     return scheduled
 
 
 def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tuple[isa.Program, int]:
     """One operator as a complete program (its tensors as inputs/outputs), for tuning and tests,
     and the SRAM bytes the emitter allocated for it."""
-    asm = ProgramAssembler(hw)
+    asm = ProgramBuilder(hw)
     for t in spec.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)
     compile_operator(asm, spec, tile, 0)
-    instructions, _ = insert_semaphores(hw, asm.instructions, asm.layer_of)
-    program = isa.Program(hw.config_hash, tuple(asm.tensors), (*instructions, isa.End()), asm.constants)
-    return program, asm.sram_peak
+    instructions, _ = insert_semaphores(hw, asm.instructions, asm.tags)
+    return asm.build(instructions), asm.sram_high_water

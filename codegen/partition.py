@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from tvm_npu.simulator import disassemble, encode_program, isa
+from tvm_npu.simulator import ProgramBuilder, disassemble, encode_program, isa
 from tvm_npu.tir_schedules import kind_of
 
 from tvm_npu.artifact import Artifact, LayerInfo
@@ -20,7 +20,7 @@ from tvm_npu.config import HardwareConfig
 from tvm_npu.plan import PartitionPlan
 from tvm_npu.tiles import tile_to_json
 
-from .emit import ProgramAssembler, Resident
+from .emit import Resident
 from .operator import compile_operator
 from .sync import insert_semaphores
 
@@ -28,24 +28,24 @@ from .sync import insert_semaphores
 def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: HardwareConfig,
                dump_dir: Path | None = None) -> Artifact:
     """Compile ``plan`` (whose constants are ``constants``) into an :class:`Artifact`."""
-    asm = ProgramAssembler(hw)
+    _check_names(plan, constants)
+    asm = ProgramBuilder(hw)
     inputs = [t.name for t in plan.inputs]
     for t in plan.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
-    for r in plan.resident:
-        asm.resident[r.tensor] = Resident(r.addr, plan.ops[r.producer].spec.out.dtype)
+    resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
     for op in plan.ops:
         for t in (*op.spec.inputs, op.spec.out):
             if t.name in constants:
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
-            elif t.name not in inputs and t.name not in asm.resident:
+            elif t.name not in inputs and t.name not in resident:
                 kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
                 asm.declare(t.name, t.shape, t.dtype, kind)
     layers: list[LayerInfo] = []
     for layer, op in enumerate(plan.ops):
         spec = op.spec
         asm.sram_limit = op.sram_limit
-        first = len(asm.instructions)
+        first = len(asm)
         dump = None
         if dump_dir is not None:
             base = dump_dir / f"{plan.dump_stem}.{layer:03d}"
@@ -53,18 +53,18 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
             def dump(stage: str, text: str, base: Path = base) -> None:
                 Path(f"{base}.{stage}.txt").write_text(text)
 
-        compile_operator(asm, spec, op.tile, layer, dump)
+        compile_operator(asm, spec, op.tile, layer, dump, resident)
         kind = kind_of(spec)
         layers.append(LayerInfo(
             name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=first,
-            last=len(asm.instructions), macs=int(spec.macs), dtype=kind.compute_dtype(spec),
+            last=len(asm), macs=int(spec.macs), dtype=kind.compute_dtype(spec),
             layout_in=getattr(spec, "layout", "") or spec.inputs[0].layout, layout_out=spec.out.layout,
             input_bytes=sum(t.nbytes for t in spec.inputs if t.name not in constants),
             weight_bytes=sum(t.nbytes for t in spec.inputs if t.name in constants),
             output_bytes=spec.out.nbytes, sram_bytes=op.sram_bytes, predicted_cycles=op.predicted_cycles,
             fused=list(op.fused),
         ))
-    instructions, tags = insert_semaphores(hw, asm.instructions, asm.layer_of)
+    instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags)
     # instruction ranges per layer after synchronisation was inserted
     bounds: dict[int, tuple[int, int]] = {}
     for idx, tag in enumerate(tags):
@@ -72,7 +72,25 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
         bounds[tag] = (min(lo, idx), max(hi, idx + 1))
     layers = [replace(li, first=bounds.get(i, (0, 0))[0], last=bounds.get(i, (0, 0))[1])
               for i, li in enumerate(layers)]
-    program = isa.Program(hw.config_hash, tuple(asm.tensors), (*instructions, isa.End()), asm.constants)
+    program = asm.build(instructions)
     if dump_dir is not None:
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
     return Artifact(plan.symbol, plan.target, inputs, list(plan.outputs), layers, encode_program(program))
+
+
+class PlanError(ValueError):
+    """A plan handed to the codegen does not fit the partition it names (a stale or edited plan)."""
+
+
+def _check_names(plan: PartitionPlan, constants: Mapping[str, np.ndarray]) -> None:
+    """Every tensor an operator reads is a partition input, a constant or computed before it."""
+    known = {t.name for t in plan.inputs} | set(constants)
+    for k, op in enumerate(plan.ops):
+        for t in op.spec.inputs:
+            if t.name not in known:
+                raise PlanError(f"{plan.symbol}: operator {k} ({op.spec.name}) reads {t.name!r}, which is neither an "
+                                f"input, a constant nor computed by an earlier operator of the partition")
+        known.add(op.spec.out.name)
+    missing = [o for o in plan.outputs if o not in known]
+    if missing:
+        raise PlanError(f"{plan.symbol}: outputs {missing} are not computed by the plan's operators")

@@ -8,7 +8,10 @@ write-after-read, write-after-write; granule = the allocation alignment) and on
 DRAM tensors. Each ordered engine pair owns one counting semaphore: signals and
 waits on it occur in the same order on both sides, so counts always match and a
 wait never blocks forever. A consumer that already waited for a later instruction
-of the same producer needs no new wait (engines are in order).
+of the same producer needs no new wait (engines are in order). Operand geometry comes
+from each record's :meth:`accesses`; the simulator's hazard checker
+(:mod:`tvm_npu.simulator.hazards`) refuses any run in which two conflicting accesses of
+different engines are not ordered, so a dependence missed here is an error there.
 """
 
 from __future__ import annotations
@@ -23,53 +26,22 @@ from tvm_npu.config import HardwareConfig
 Range = tuple[int, int]
 
 
-def _span(addr: int, shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Range:
-    last = sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-    return addr, addr + (last + 1) * itemsize
-
-
 def sram_footprint(ins: isa.Instruction) -> tuple[list[Range], list[Range]]:
-    """Byte ranges an instruction reads and writes in SRAM (bounding boxes)."""
-    if isinstance(ins, isa.DmaLoad | isa.DmaStore):
-        r = _span(ins.sram_addr, ins.shape, ins.sram_strides, ins.dtype.itemsize)
-        return ([r], []) if isinstance(ins, isa.DmaStore) else ([], [r])
-    if isinstance(ins, isa.MatMul):
-        isz, asz = ins.in_dtype.itemsize, ins.acc_dtype.itemsize
-        c = _span(ins.c_addr, (ins.m, ins.n), ins.c_strides, asz)
-        reads = [_span(ins.a_addr, (ins.m, ins.k), ins.a_strides, isz),
-                 _span(ins.b_addr, (ins.k, ins.n), ins.b_strides, isz)]
-        return ([*reads, c] if ins.accumulate else reads), [c]
-    if isinstance(ins, isa.Conv):
-        isz, asz = ins.in_dtype.itemsize, ins.acc_dtype.itemsize
-        out = _span(ins.out_addr, (ins.out_c, ins.out_h, ins.out_w), ins.out_strides, asz)
-        reads = [
-            _span(ins.in_addr, (ins.in_c, ins.in_h, ins.in_w), ins.in_strides, isz),
-            _span(ins.w_addr, (ins.out_c, ins.in_c // ins.groups, ins.kernel_h, ins.kernel_w), ins.w_strides, isz),
-        ]
-        return ([*reads, out] if ins.accumulate else reads), [out]
-    if isinstance(ins, isa.Pool):
-        sz = ins.dtype.itemsize
-        return ([_span(ins.in_addr, (ins.channels, ins.in_h, ins.in_w), ins.in_strides, sz)],
-                [_span(ins.out_addr, (ins.channels, ins.out_h, ins.out_w), ins.out_strides, sz)])
-    if isinstance(ins, isa._VecBase):
-        src_t, dst_t = _vec_dtypes(ins)
-        reads = [_span(ins.src_addr, ins.shape, ins.src_strides, src_t.itemsize)]
-        if isinstance(ins, isa.VecBinary):
-            reads.append(_span(ins.other_addr, ins.shape, ins.other_strides, src_t.itemsize))
-        if isinstance(ins, isa.VecBiasAdd):
-            reads.append((ins.bias_addr, ins.bias_addr + ins.shape[ins.axis] * src_t.itemsize))
-        return reads, [_span(ins.dst_addr, ins.shape, ins.dst_strides, dst_t.itemsize)]
-    return [], []
+    """Byte ranges an instruction reads and writes in SRAM (bounding boxes of its :meth:`accesses`)."""
+    return _footprint(ins.accesses())
 
 
-def _vec_dtypes(ins: isa._VecBase):
-    from tvm_npu.config import DType
-
-    if isinstance(ins, isa.VecRequant):
-        return DType.INT32, DType.INT8
-    if isinstance(ins, isa.VecCast):
-        return ins.src_dtype, ins.dst_dtype
-    return ins.dtype, ins.dtype
+def _footprint(accesses: Sequence[isa.Access]) -> tuple[list[Range], list[Range]]:
+    reads: list[Range] = []
+    writes: list[Range] = []
+    for acc in accesses:
+        if acc.space == isa.Space.SRAM:
+            r = acc.extent
+            if acc.read:
+                reads.append(r)
+            if acc.write:
+                writes.append(r)
+    return reads, writes
 
 
 def insert_semaphores(
@@ -103,7 +75,8 @@ def insert_semaphores(
         e = ins.engine
         if e is None:
             continue
-        reads, writes = sram_footprint(ins)
+        accesses = ins.accesses()
+        reads, writes = _footprint(accesses)
         need = {f: -1 for f in engines if f != e}
 
         def dep(arr: dict, rngs: list[Range], need: dict = need) -> None:
@@ -116,17 +89,15 @@ def insert_semaphores(
 
         dep(last_write, reads + writes)
         dep(last_read, writes)
-        if isinstance(ins, isa.DmaLoad):
-            w = dram_write.get(ins.tensor)
+        dram = [acc for acc in accesses if acc.space == isa.Space.DRAM]
+        for acc in dram:  # whole tensors
+            w = dram_write.get(acc.tensor)
             if w is not None and w[0] != e:
                 need[w[0]] = max(need[w[0]], w[1])
-        elif isinstance(ins, isa.DmaStore):
-            w = dram_write.get(ins.tensor)
-            if w is not None and w[0] != e:
-                need[w[0]] = max(need[w[0]], w[1])
-            for f, j in dram_read.get(ins.tensor, {}).items():
-                if f != e:
-                    need[f] = max(need[f], j)
+            if acc.write:
+                for f, j in dram_read.get(acc.tensor, {}).items():
+                    if f != e:
+                        need[f] = max(need[f], j)
         for f, j in need.items():
             if j > waited[(f, e)]:
                 sem = sem_of[(f, e)]
@@ -137,10 +108,11 @@ def insert_semaphores(
             last_read[e][lo // g: -(-hi // g)] = i
         for lo, hi in writes:
             last_write[e][lo // g: -(-hi // g)] = i
-        if isinstance(ins, isa.DmaLoad):
-            dram_read.setdefault(ins.tensor, {})[e] = i
-        elif isinstance(ins, isa.DmaStore):
-            dram_write[ins.tensor] = (e, i)
+        for acc in dram:
+            if acc.read:
+                dram_read.setdefault(acc.tensor, {})[e] = i
+            if acc.write:
+                dram_write[acc.tensor] = (e, i)
 
     out: list[isa.Instruction] = []
     out_meta: list[int] = []

@@ -1,8 +1,10 @@
-"""ProgramBuilder: how codegen (and tests) assemble a program for one configuration.
+"""ProgramBuilder: how the codegen (and tests) assemble a program for one configuration.
 
 It owns the three resources a program must not overrun — DRAM tensor names, SRAM
 bytes and semaphores — and fails at build time, with the numbers, when a request does
-not fit, instead of leaving it to the simulator's validation.
+not fit, instead of leaving it to the simulator's validation. The codegen uses it as
+is: ``sram_limit`` keeps an operator's buffers below the regions its plan reserves,
+``tags`` record which operator emitted each instruction.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ class ProgramBuilder:
         self._tensors: list[isa.TensorDecl] = []
         self._constants: dict[str, np.ndarray] = {}
         self._instructions: list[isa.Instruction] = []
+        self._tags: list[int] = []
         self._sram_top = 0
         self.sram_high_water = 0
+        #: Allocations must end at or below this address (the rest of the SRAM is reserved).
+        self.sram_limit = hw.max_sram_bytes
         self._next_sem = 0
 
     # ----------------------------------------------------------------- DRAM
@@ -63,21 +68,49 @@ class ProgramBuilder:
             data = np.asarray(data)
             if data.shape != decl.shape or data.dtype != dtype.np:
                 raise BuildError(f"constant {name!r} is {data.dtype} {data.shape}, declared {dtype.np} {decl.shape}")
-            self._constants[name] = np.array(data, order="C")
+            self._constants[name] = np.ascontiguousarray(data)  # no copy: programs never write constants
         elif data is not None:
             raise BuildError(f"only CONSTANT tensors carry data; {name!r} is {kind.name}")
         self._tensors.append(decl)
         return len(self._tensors) - 1
+
+    def declare(self, name: str, shape: Sequence[int], dtype: DType, kind: isa.TensorKind,
+                data: np.ndarray | None = None) -> int:
+        """Like :meth:`tensor`, but a repeated declaration of the same tensor returns its index
+        (an operator may name one tensor as several operands)."""
+        for i, t in enumerate(self._tensors):
+            if t.name == name:
+                if (t.shape, t.dtype, t.kind) != (tuple(int(n) for n in shape), dtype, kind):
+                    raise BuildError(f"tensor {name!r} is declared again as {kind.name} {dtype.name} "
+                                     f"{tuple(shape)}, first as {t.kind.name} {t.dtype.name} {t.shape}")
+                return i
+        return self.tensor(name, shape, dtype, kind, data)
+
+    def tensor_index(self, name: str) -> int:
+        """The table index of a declared tensor."""
+        for i, t in enumerate(self._tensors):
+            if t.name == name:
+                return i
+        raise BuildError(f"DRAM tensor {name!r} is not declared in this program")
+
+    def has_tensor(self, name: str) -> bool:
+        return any(t.name == name for t in self._tensors)
+
+    @property
+    def tensors(self) -> tuple[isa.TensorDecl, ...]:
+        return tuple(self._tensors)
 
     # ----------------------------------------------------------------- SRAM
     def alloc(self, nbytes: int, name: str = "buffer") -> int:
         """Reserve ``nbytes`` of SRAM at the next aligned address; raise if past the budget."""
         addr = self._sram_top
         end = addr + self.hw.align(nbytes)
-        if nbytes <= 0 or end > self.hw.max_sram_bytes:
+        if nbytes <= 0 or end > self.sram_limit:
+            reserved = (f" ({self.hw.max_sram_bytes - self.sram_limit} bytes at the top are reserved)"
+                        if self.sram_limit < self.hw.max_sram_bytes else "")
             raise SramBudgetError(
                 f"SRAM budget exceeded: {name!r} needs {nbytes} bytes at {addr}, ending at {end}, but "
-                f"-max-sram-bytes={self.hw.max_sram_bytes}"
+                f"-max-sram-bytes={self.hw.max_sram_bytes}{reserved}"
             )
         self._sram_top = end
         self.sram_high_water = max(self.sram_high_water, end)
@@ -102,10 +135,23 @@ class ProgramBuilder:
         return self._next_sem - 1
 
     # --------------------------------------------------------- instructions
-    def emit(self, instr: isa.Instruction) -> int:
-        """Append an instruction; returns its index."""
+    def emit(self, instr: isa.Instruction, tag: int = 0) -> int:
+        """Append an instruction (``tag``: e.g. the operator it belongs to); returns its index."""
         self._instructions.append(instr)
+        self._tags.append(tag)
         return len(self._instructions) - 1
+
+    @property
+    def instructions(self) -> list[isa.Instruction]:
+        """The instructions emitted so far (a copy), and their tags."""
+        return list(self._instructions)
+
+    @property
+    def tags(self) -> list[int]:
+        return list(self._tags)
+
+    def __len__(self) -> int:
+        return len(self._instructions)
 
     def _dma(
         self,
@@ -164,7 +210,10 @@ class ProgramBuilder:
     def wait(self, engine: isa.Engine, sem: int) -> int:
         return self.emit(isa.Wait(engine, sem))
 
-    def build(self) -> isa.Program:
-        """The finished program (End appended), stamped with this configuration's hash."""
-        instructions = (*self._instructions, isa.End())
-        return isa.Program(self.hw.config_hash, tuple(self._tensors), instructions, dict(self._constants))
+    def build(self, instructions: Sequence[isa.Instruction] | None = None) -> isa.Program:
+        """The finished program (End appended), stamped with this configuration's hash.
+
+        ``instructions`` replaces the emitted list (e.g. once synchronisation is inserted).
+        """
+        body = (*(self._instructions if instructions is None else instructions), isa.End())
+        return isa.Program(self.hw.config_hash, tuple(self._tensors), body, dict(self._constants))

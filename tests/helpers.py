@@ -259,7 +259,7 @@ class OpRun:
     out: np.ndarray | None  # None in timing-only mode
     ref: np.ndarray | None
     stats: RunStats
-    sram_peak: int  # what the emitter allocated (ProgramAssembler.sram_peak)
+    sram_peak: int  # what the emitter allocated (ProgramBuilder.sram_high_water)
     program: isa.Program
 
 

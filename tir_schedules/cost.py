@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tvm_npu.simulator import timing
+from tvm_npu.simulator.builder import row_major
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
 from tvm_npu.epilogue import step_cycles
@@ -38,14 +39,6 @@ from .dma import copy_plan, pad3, split_outer
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _row_major(shape: Sequence[int]) -> list[int]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return out[::-1]
 
 
 @dataclass(frozen=True)
@@ -88,11 +81,11 @@ def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo:
             return Copy()
         lo2.append(b)
         ext2.append(c - b)
-    dstr = _row_major(tensor_shape)
+    dstr = row_major(tensor_shape)
     offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
     # bursts depend on the start address only modulo the burst size: cache on that residue
     residue = offset * dtype.itemsize % hw.dram_burst_bytes
-    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or _row_major(ext)), residue)
+    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or row_major(ext)), residue)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -100,7 +93,7 @@ def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], 
                sram_strides: tuple[int, ...], residue: int) -> Copy:
     isz = dtype.itemsize
     res = Copy()
-    for (od, _), inner in split_outer(copy_plan(ext, _row_major(tensor_shape), sram_strides)):
+    for (od, _), inner in split_outer(copy_plan(ext, row_major(tensor_shape), sram_strides)):
         shape, strides = pad3(inner, 0)
         start = (residue + od * isz) % hw.dram_burst_bytes
         bursts = timing.dram_bursts(hw, shape, strides, start // isz, isz)
@@ -116,7 +109,7 @@ def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequ
     src = data.layout
     perm = ["NCHW".index(a) for a in src]
     ext_tile = [ext_nchw["NCHW".index(a)] for a in tile_layout]
-    tile_strides = dict(zip(tile_layout, _row_major(ext_tile), strict=True))
+    tile_strides = dict(zip(tile_layout, row_major(ext_tile), strict=True))
     return copy_cost(hw, dtype, data.shape, tuple(lo_nchw[i] for i in perm), tuple(ext_nchw[i] for i in perm),
                      tuple(tile_strides[a] for a in src))
 

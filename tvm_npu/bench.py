@@ -150,11 +150,6 @@ def to_numpy(value: Any) -> list[np.ndarray]:
     return [a for v in value for a in to_numpy(v)]
 
 
-def run_main(vm: relax.VirtualMachine, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run ``main`` once and return its outputs as numpy arrays."""
-    return to_numpy(vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs)))
-
-
 def profile_model(executable: relax.VMExecutable | tvm.runtime.Module, inputs: Sequence[np.ndarray], *,
                   trace: bool = False, timing_only: bool = False) -> tuple[list[np.ndarray], Profile, float]:
     """Run ``main`` once under :func:`tvm_npu.profile`: (outputs, profile, wall seconds).

@@ -111,10 +111,6 @@ class HardwareConfig:
         """Cycles to stream one row through the array for an operand type."""
         return self.fp32_mac_slowdown if dtype == DType.FP32 else 1
 
-    def sram_capacity(self, dtype: DType) -> int:
-        """SRAM capacity in elements of ``dtype``."""
-        return self.max_sram_bytes // dtype.itemsize
-
     def align(self, nbytes: int) -> int:
         """Round a byte count up to the SRAM allocation alignment."""
         a = self.sram_align_bytes

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tvm_npu.ops import Conv2dSpec, ElementwiseSpec, MatmulSpec, OpSpec, PoolSpec, TensorRef
+from tvm_npu.ops import OpSpec, TensorRef
 from tvm_npu.tiles import TileParams, tile_from_json, tile_to_json
 
 #: Bump when the JSON form changes incompatibly; older plans are rejected with a clear error.
@@ -138,7 +138,7 @@ def dump_stem(symbol: str, keep: int = 48) -> str:
 
 
 # --------------------------------------------------------------------------- codec
-_SPECS: dict[str, type] = {c.__name__: c for c in (Conv2dSpec, MatmulSpec, PoolSpec, ElementwiseSpec)}
+_SPECS: dict[str, type] = {c.__name__: c for c in typing.get_args(OpSpec)}
 _TAG = "spec"  # the key naming a spec's class
 
 
@@ -165,7 +165,7 @@ def _decode(tp: Any, data: Any) -> Any:
             return None
         if all(o in _SPECS.values() for o in options if o is not type(None)):
             return _decode(_SPECS[data[_TAG]], data)
-        if TileParams in options or all(isinstance(o, type) and o.__name__.endswith("Tile") for o in options):
+        if set(options) == set(typing.get_args(TileParams)):
             return tile_from_json(data)
         (only,) = [o for o in options if o is not type(None)]
         return _decode(only, data)

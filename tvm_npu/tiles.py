@@ -7,6 +7,7 @@ store; a template is fully determined by its spec and one of these.
 from __future__ import annotations
 
 import enum
+import typing
 from dataclasses import asdict, dataclass
 
 
@@ -70,7 +71,7 @@ def tile_to_json(tile: TileParams) -> dict:
 
 def tile_from_json(d: dict) -> TileParams:
     """Inverse of :func:`tile_to_json`; raises ValueError on anything else."""
-    kinds = {c.__name__: c for c in (MatmulTile, ConvTile, PoolTile, EltwiseTile)}
+    kinds = {c.__name__: c for c in typing.get_args(TileParams)}
     d = dict(d)
     cls = kinds.get(d.pop("kind", None))
     if cls is None:

@@ -138,6 +138,31 @@ def test_chosen_tile_matches_numpy(name: str, stages: int, budget: str) -> None:
     assert r.sram_peak <= hw.max_sram_bytes
 
 
+#: Machines other than the datasheet's default, so nothing silently assumes its numbers: a
+#: small array with few lanes and short bursts; a large array on a small SRAM with a fast
+#: channel; wide lanes, long bursts, coarse alignment and cheaper fp32.
+OTHER_MACHINES = {
+    "8x8_16lanes_32Bburst": HardwareConfig(mac_rows=8, mac_cols=8, vector_lanes=16, dram_burst_bytes=32),
+    "32x32_256KiB_fastdram": HardwareConfig(mac_rows=32, mac_cols=32, max_sram_bytes=1 << 18, dram_bytes_per_cycle=32,
+                                            dma_latency=40),
+    "64lanes_128Bburst_align128": HardwareConfig(vector_lanes=64, dram_burst_bytes=128, sram_align_bytes=128,
+                                                 fp32_mac_slowdown=2, tensor_issue_cycles=8, mac_rows=12),
+}
+
+
+@pytest.mark.parametrize("machine", list(OTHER_MACHINES))
+@pytest.mark.parametrize("name", list(CASES))
+def test_chosen_tile_matches_numpy_on_other_machines(name: str, machine: str) -> None:
+    hw = OTHER_MACHINES[machine]
+    spec = CASES[name]
+    stages = 1 + len(name) % 3  # spread the pipeline depths over the cases
+    tile = planner.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
+    r = run_op(spec, tile, hw, seed=stages)
+    assert_matches(r.out, r.ref, f"{name} {tile} on {machine}")
+    assert r.sram_peak == planner.footprint(spec, tile, hw)
+    assert r.stats.sram_high_water <= hw.max_sram_bytes
+
+
 @pytest.mark.parametrize("stages", STAGES)
 def test_tight_budget_really_shrinks_tiles(stages: int) -> None:
     """The tight runs above are not vacuous: for most cases the preferred tile no longer fits,
