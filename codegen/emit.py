@@ -397,7 +397,10 @@ class OperatorEmitter:
         reads = [(i, a) for i, a in enumerate(ev.site.accesses) if not a.is_write]
         (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
         other = next(((i, a) for i, a in reads if self.roles.get(a.buffer) == Role.operand(ev.site.epi)), None)
-        si, s = next((i, a) for i, a in reads if other is None or i != other[0])
+        if other is None and step.kind.binary:  # ``x op x``: both operands read the same tile
+            other = reads[-1]
+        rest = [(i, a) for i, a in reads if other is None or i != other[0]]
+        si, s = rest[0] if rest else other
         ranges = self._loop_ranges(ev, (si,))
         o_off, o_str = _flat(o, ev.bases[oi])
         s_off, s_str = _flat(s, ev.bases[si])

@@ -55,13 +55,15 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
 
         compile_operator(asm, spec, op.tile, layer, dump, resident)
         kind = kind_of(spec)
+        need = kind.needed_bytes(spec)  # compulsory DRAM reads: each tensor once, only what is needed
         layers.append(LayerInfo(
             name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=first,
             last=len(asm), macs=int(spec.macs), dtype=kind.compute_dtype(spec),
             layout_in=getattr(spec, "layout", "") or spec.inputs[0].layout, layout_out=spec.out.layout,
-            input_bytes=sum(t.nbytes for t in spec.inputs if t.name not in constants),
-            weight_bytes=sum(t.nbytes for t in spec.inputs if t.name in constants),
-            output_bytes=spec.out.nbytes, sram_bytes=op.sram_bytes, predicted_cycles=op.predicted_cycles,
+            input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident),
+            weight_bytes=sum(b for t, b in need.items() if t in constants),
+            output_bytes=0 if spec.out.name in resident else spec.out.nbytes, sram_bytes=op.sram_bytes,
+            predicted_cycles=op.predicted_cycles,
             fused=list(op.fused),
         ))
     instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags)

@@ -235,3 +235,18 @@ def channel_shuffle(c: int = 64, hw: int = 8, groups: int = 4, seed: int = 0) ->
             gv = bb.emit_output(m.emit(R.nn.relu(m.bias(m.conv(y, c, 3, pad=1)))))
         bb.emit_func_output(gv)
     return bb.get()
+
+
+def repeated_operands(seed: int = 0) -> tvm.IRModule:
+    """One tensor as both operands: ``relu(x @ x + x) * (y + y)``-style uses of a single value."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((24, 24), "float32"))
+    y = relax.Var("y", relax.TensorType((1, 8, 6, 5), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            m = _Builder(bb, "NC", seed)
+            xx = m.emit(R.nn.relu(m.emit(R.add(m.emit(R.matmul(x, x)), x))))
+            yy = m.emit(R.multiply(m.emit(R.add(y, y)), y))
+            gv = bb.emit_output(relax.Tuple([xx, yy]))
+        bb.emit_func_output(gv)
+    return bb.get()

@@ -64,7 +64,7 @@ def padded_reader(ref: TensorRef, tensor: te.Tensor, pad_top: int, pad_left: int
     return lambda b, c, y, x: tensor[b, y - pad_top, x - pad_left, c]
 
 
-def operand_name(ref: TensorRef, index: int) -> str:
+def operand_name(ref: TensorRef, index: int | str) -> str:
     """TE name of epilogue step ``index``'s operand: unique even if the tensor is also the data."""
     return f"{ref.name}{OPERAND_TAG}{index}"
 
@@ -83,20 +83,22 @@ def epilogue_stages(
     acc: te.Tensor,
     channel_of: Callable[[tuple], tirx.PrimExpr],
     operand_shape: Sequence[int] | None = None,
+    given: dict[int, te.Tensor] | None = None,
 ) -> tuple[list[te.Tensor], dict[int, te.Tensor]]:
     """TE stages applying ``spec.epilogue`` to ``acc`` elementwise; returns (stages, operand inputs).
 
     ``channel_of(idx)`` gives the channel index of an output element (for per-channel
     operands); full-shape operands are viewed with ``operand_shape`` (default: acc's).
-    Stage ``i`` is named ``epi{i}``, except the last, which is named after the
-    operator's DRAM output (the codegen maps TIR buffer names to DRAM tensors).
+    ``given[i]`` is an existing tensor to read as step ``i``'s operand (the same DRAM tile
+    as the data: loaded once). Stage ``i`` is named ``epi{i}``, except the last, which is
+    named after the operator's DRAM output (the codegen maps TIR buffer names to DRAM tensors).
     """
     stages: list[te.Tensor] = []
     operands: dict[int, te.Tensor] = {}
     prev = acc
     for i, step in enumerate(spec.epilogue):
-        operand = None
-        if step.operand is not None:
+        operand = (given or {}).get(i)
+        if step.operand is not None and operand is None:
             if step.broadcast == Broadcast.CHANNEL:
                 operand = placeholder(step.operand, (step.operand.size,), operand_name(step.operand, i))
             else:

@@ -48,6 +48,7 @@ from .cost import (
     epilogue_sizes,
     sum_ceil,
     tile_extents,
+    touched,
     vector_cycles,
     window_cost,
     window_sum,
@@ -407,6 +408,18 @@ class Conv2d(OpKind):
         return (spec.data.dim("N") * _ceil(g, tile.tg) * _ceil(spec.out.dim("C") // g, tile.toc)
                 * _ceil(spec.in_channels // g, min(tile.tic, spec.in_channels // g))
                 * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow))
+
+    # ----------------------------------------------------------------- bounds
+    def needed_bytes(self, spec: Conv2dSpec) -> dict[str, int]:
+        """The input window rows and columns some output reads (a strided 1x1 conv skips rows)."""
+        need = super().needed_bytes(spec)
+        (kh, kw), (sh, sw) = spec.kernel, spec.strides
+        rows = touched(spec.out.dim("H"), sh, kh, spec.dilation[0], spec.data.dim("H"), spec.padding[0])
+        cols = touched(spec.out.dim("W"), sw, kw, spec.dilation[1], spec.data.dim("W"), spec.padding[1])
+        data = spec.data.dim("N") * spec.data.dim("C") * rows * cols * spec.data.dtype.itemsize
+        uses = [t for t in spec.inputs if t.name == spec.data.name]
+        need[spec.data.name] = max([data] + [t.nbytes for t in uses[1:]])  # another use may need all of it
+        return need
 
     # ----------------------------------------------------------------- reports
     def describe(self, spec: Conv2dSpec) -> str:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from tvm_npu.simulator import timing
 from tvm_npu.simulator.builder import row_major
 
@@ -346,3 +347,13 @@ def window_sum(out: int, tile: int, stride: int, kernel: int, dilation: int, siz
         hi = lo + (n - 1) * stride + span
         total += max(0, min(hi, size) - max(lo, 0))
     return total
+
+
+def touched(out: int, stride: int, kernel: int, dilation: int, size: int, pad: int) -> int:
+    """How many of an axis' ``size`` input positions some output position's window reads."""
+    hit = np.zeros(size, dtype=bool)
+    for k in range(kernel):
+        first = k * dilation - pad
+        pos = np.arange(first, first + out * stride, stride)
+        hit[pos[(pos >= 0) & (pos < size)]] = True
+    return int(hit.sum())

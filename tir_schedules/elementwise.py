@@ -28,6 +28,13 @@ def _channel(spec: ElementwiseSpec) -> int:
     return spec.out.layout.index("C") if "C" in spec.out.layout else len(spec.out.shape) - 1
 
 
+def _first_reads_data(spec: ElementwiseSpec) -> bool:
+    """``x op x``: the first step's operand is the data itself, tile for tile (loaded once)."""
+    first = spec.epilogue[0] if spec.epilogue else None
+    return (first is not None and first.operand is not None and first.operand.name == spec.data.name
+            and first.broadcast == Broadcast.FULL)
+
+
 def _tile_count(spec: ElementwiseSpec, tile: EltwiseTile) -> int:
     return math.prod(_ceil(a, t) for a, t in zip(spec.out.shape, tile.tiles, strict=True))
 
@@ -35,7 +42,8 @@ def _tile_count(spec: ElementwiseSpec, tile: EltwiseTile) -> int:
 def compute(spec: ElementwiseSpec) -> tuple[list[te.Tensor], te.Tensor]:
     data = placeholder(spec.data)
     chan = _channel(spec)
-    stages, operands = epilogue_stages(spec, data, lambda idx: idx[chan])
+    given = {0: data} if _first_reads_data(spec) else {}
+    stages, operands = epilogue_stages(spec, data, lambda idx: idx[chan], given=given)
     return [data, *operands.values()], stages[-1]
 
 
@@ -74,7 +82,7 @@ class Elementwise(OpKind):
             if idx < n_epi - 1:
                 sch.set_scope(e, 0, SRAM_SCOPE)
                 attach(sch, e, t, SiteKind.EPI, idx)
-            if spec.epilogue[idx].operand is not None:
+            if spec.epilogue[idx].operand is not None and not (idx == 0 and _first_reads_data(spec)):
                 op_s = sch.cache_read(e, 1, SRAM_SCOPE)
                 res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
                 res.loads.append(attach(sch, op_s, t, SiteKind.DMA))
@@ -115,8 +123,8 @@ class Elementwise(OpKind):
         buffers = [s * elems * isz] if s > 1 else []
         buffers += chain([(1, elems * isz)] * (n_epi - 1 if s > 1 else n_epi)
                          + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)])
-        for e in spec.epilogue:
-            if e.operand is not None:
+        for i, e in enumerate(spec.epilogue):
+            if e.operand is not None and not (i == 0 and _first_reads_data(spec)):
                 n = tile.tiles[chan] if e.broadcast == Broadcast.CHANNEL else elems
                 buffers.append(s * n * e.operand.dtype.itemsize)
         return sum(hw.align(x) for x in buffers)
@@ -130,8 +138,8 @@ class Elementwise(OpKind):
             lo = tuple(a for a, _ in box)
             ext = tuple(e for _, e in box)
             loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
-            for e in spec.epilogue:
-                if e.operand is None:
+            for i, e in enumerate(spec.epilogue):
+                if e.operand is None or (i == 0 and _first_reads_data(spec)):
                     continue
                 if e.broadcast == Broadcast.CHANNEL:
                     loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))

@@ -83,6 +83,18 @@ class OpKind(abc.ABC):
     def step_count(self, spec: OpSpec, tile: TileParams) -> int:
         """How many steps :meth:`steps` yields (closed form)."""
 
+    # ----------------------------------------------------------------- bounds
+    def needed_bytes(self, spec: OpSpec) -> dict[str, int]:
+        """Bytes of each distinct DRAM tensor the operator must read at least once.
+
+        A tensor named by several operands counts once (with the most any use needs);
+        kinds that read only part of an input (strided windows) override this.
+        """
+        need: dict[str, int] = {}
+        for t in spec.inputs:
+            need[t.name] = max(need.get(t.name, 0), t.nbytes)
+        return need
+
     # ----------------------------------------------------------------- reports
     @abc.abstractmethod
     def describe(self, spec: OpSpec) -> str:

@@ -18,6 +18,7 @@ from .common import (
     buffer_name,
     epilogue_stages,
     mark,
+    operand_name,
     pipeline,
     placeholder,
     result_store,
@@ -46,7 +47,8 @@ def compute(spec: MatmulSpec) -> tuple[list[te.Tensor], te.Tensor]:
     """TE definition: inputs (a, b, epilogue operands) and the final output."""
     k = spec.mnk[2]
     a = placeholder(spec.a)
-    b = placeholder(spec.b)
+    # one tensor as both operands (x @ x): a second TIR buffer of its own name, mapped back by dram_name
+    b = placeholder(spec.b, name=operand_name(spec.b, "b") if spec.b.name == spec.a.name else None)
     nb_a, nb_b = len(spec.a.shape) - 2, len(spec.b.shape) - 2
     out_shape = tuple(spec.out.shape)
     rk = te.reduce_axis((0, k), name="k")

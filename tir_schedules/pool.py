@@ -39,6 +39,7 @@ from .cost import (
     copy_cost,
     epilogue_sizes,
     tile_extents,
+    touched,
     vector_cycles,
     window_cost,
     window_sum,
@@ -196,6 +197,18 @@ class Pool(OpKind):
 
     def step_count(self, spec: PoolSpec, tile: PoolTile) -> int:
         return spec.data.dim("N") * _ceil(spec.data.dim("C"), tile.tc) * _spatial_tiles(spec, tile)
+
+    # ----------------------------------------------------------------- bounds
+    def needed_bytes(self, spec: PoolSpec) -> dict[str, int]:
+        """The input window rows and columns some output reads (a strided 1x1 conv skips rows)."""
+        need = super().needed_bytes(spec)
+        (kh, kw), (sh, sw) = spec.kernel, spec.strides
+        rows = touched(spec.out.dim("H"), sh, kh, 1, spec.data.dim("H"), spec.padding[0])
+        cols = touched(spec.out.dim("W"), sw, kw, 1, spec.data.dim("W"), spec.padding[1])
+        data = spec.data.dim("N") * spec.data.dim("C") * rows * cols * spec.data.dtype.itemsize
+        uses = [t for t in spec.inputs if t.name == spec.data.name]
+        need[spec.data.name] = max([data] + [t.nbytes for t in uses[1:]])  # another use may need all of it
+        return need
 
     # ----------------------------------------------------------------- reports
     def describe(self, spec: PoolSpec) -> str:

@@ -4,8 +4,14 @@ For every layer of every partition run: operator, shapes, layouts, tile paramete
 MACs, DRAM bytes (inputs, weights, outputs; moved by DMA; wasted on partial bursts),
 SRAM peak, simulated cycles, the datasheet bound and the efficiency against it, which
 resource binds, and the layout transforms the host ran. Cycles per layer come from
-the simulator's timeline (the first start to the last end of the layer's
-instructions), so a run must be profiled with ``trace=True``.
+the simulator's timeline (see :func:`attribute` for the rule), so a run must be
+profiled with ``trace=True``.
+
+A layer's bound is ``max(MACs / peak(dtype), compulsory bytes / bandwidth)``, its
+compulsory bytes what it must read and write at least once: each distinct tensor once,
+only the elements it needs (a strided 1x1 convolution reads a quarter of its input),
+nothing for a tensor kept on chip. The model line adds the model-level bound
+``max(total MACs / peak, (model inputs + weights + model outputs) / bandwidth)``.
 """
 
 from __future__ import annotations
@@ -57,23 +63,28 @@ class ModelReport:
     cycles: int  # sum of the partitions' simulated cycles
     bound_cycles: float  # sum of the per-layer bounds
     dram_bytes: int
-    compulsory_bytes: int  # every layer's inputs, weights and outputs once
+    compulsory_bytes: int  # every layer's compulsory bytes (see the module docstring)
     npu_macs: int
     host_macs: int
     layout_transforms: int
+    model_bound_cycles: float = 0.0  # max(MACs / peak, (model inputs + weights + outputs) / bandwidth)
 
     @property
     def efficiency(self) -> float:
         return self.bound_cycles / self.cycles if self.cycles else 0.0
 
     def geomean_efficiency(self, ops: Sequence[str] = ("conv2d", "matmul")) -> float:
-        vals = [x.efficiency for x in self.layers if x.op in ops and x.efficiency > 0]
-        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 0.0
+        """Geometric mean of the efficiency of every layer of ``ops`` (a layer at 0 makes it 0)."""
+        vals = [x.efficiency for x in self.layers if x.op in ops]
+        if not vals or min(vals) <= 0:
+            return 0.0
+        return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
     def to_json(self) -> dict:
         """The machine-readable form of ``tvm-npu profile --json``."""
         return {
             "model": {"cycles": self.cycles, "bound_cycles": self.bound_cycles, "efficiency": self.efficiency,
+                      "model_bound_cycles": self.model_bound_cycles,
                       "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
                       "npu_macs": self.npu_macs, "host_macs": self.host_macs,
                       "layout_transforms": self.layout_transforms},
@@ -97,7 +108,9 @@ class ModelReport:
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.append("")
-        lines.append(f"model: {self.cycles} cycles, bound {self.bound_cycles:.0f} (efficiency {self.efficiency:.3f}), "
+        lines.append(f"model: {self.cycles} cycles, sum of layer bounds {self.bound_cycles:.0f} (efficiency "
+                     f"{self.efficiency:.3f}), model-level bound {self.model_bound_cycles:.0f} "
+                     f"({self.cycles / max(self.model_bound_cycles, 1):.3f}x), "
                      f"geomean conv/matmul efficiency {self.geomean_efficiency():.3f}, "
                      f"DRAM {self.dram_bytes / 2**20:.1f} MiB "
                      f"({self.dram_bytes / max(self.compulsory_bytes, 1):.2f}x compulsory), "
@@ -113,12 +126,61 @@ def layer_bound(hw: HardwareConfig, layer: LayerInfo) -> tuple[float, float, flo
     return max(compute, dram), compute, dram
 
 
-def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
-    """Per-layer figures of one partition run.
+def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int) -> list[int]:
+    """Cycles charged to each layer of a run: the rule the report states.
 
-    Layers overlap a little (a layer's first loads start while the previous one
-    drains), so a layer is charged from the later of its first start and the previous
-    layer's last end, to its own last end: the layers' cycles add up to the run's.
+    ``spans[k]`` are the (start, end) intervals in which layer ``k`` has an instruction
+    working (an engine busy with it; waiting on a semaphore is not work). Every cycle in
+    which layers work is split equally among them, so no layer is charged for a cycle in
+    which only others work (a layer's loads that overlap the previous layer's compute
+    share that time). A cycle in which no layer works (pipeline bubbles) is charged to the
+    layer that works next (to the last layer at the very end). The charges are rounded to
+    whole cycles by largest remainder: they add up to ``total`` exactly.
+    """
+    points = sorted({0, total, *(t for sp in spans for iv in sp for t in iv)})
+    edges: list[tuple[int, int, int]] = []  # (time, +1 start / -1 end, layer)
+    for k, sp in enumerate(spans):
+        for a, b in sp:
+            if b > a:
+                edges += [(a, 1, k), (b, -1, k)]
+    edges.sort(key=lambda e: (e[0], e[1]))
+    share = [0.0] * len(spans)
+    active: dict[int, int] = {}
+    pending = 0.0  # idle cycles waiting for the next layer that works
+    prev = 0
+    ei = 0
+    for t in points:
+        if t > prev:
+            if active:
+                for k in active:
+                    share[k] += (t - prev) / len(active)
+            else:
+                pending += t - prev
+        while ei < len(edges) and edges[ei][0] == t:
+            _, d, k = edges[ei]
+            if d > 0:
+                if pending and not active:
+                    share[k] += pending
+                    pending = 0.0
+                active[k] = active.get(k, 0) + 1
+            else:
+                active[k] -= 1
+                if not active[k]:
+                    del active[k]
+            ei += 1
+        prev = t
+    if spans:
+        share[-1] += pending
+    whole = [math.floor(x) for x in share]
+    rest = total - sum(whole)
+    for k in sorted(range(len(share)), key=lambda k: whole[k] - share[k])[:max(rest, 0)]:
+        whole[k] += 1
+    return whole
+
+
+def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
+    """Per-layer figures of one partition run (cycles by :func:`attribute`).
+
     The binding resource is the busiest of the tensor engine, the vector engine and
     the DRAM channel (cycles spent moving the layer's bytes); an engine blocked on a
     semaphore is waiting, not busy.
@@ -128,27 +190,29 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
     events: dict[int, list] = {}
     for ev in run.trace:
         events.setdefault(ev.index, []).append(ev)
-    prev_end = 0
+    spans: list[list[tuple[int, int]]] = []
+    figures = []
     for layer in run.artifact.layers:
         busy = {"tensor": 0, "vector": 0, "DMA_LOAD": 0, "DMA_STORE": 0, "DRAM": 0}  # per timeline track
-        start, end = math.inf, 0
         moved = wasted = 0
+        working = []
         for i in range(layer.first, layer.last):
             ins = program.instructions[i]
-            waiting = isinstance(ins, isa.Wait | isa.Signal)  # synchronisation, not work
+            if isinstance(ins, isa.Wait | isa.Signal):  # synchronisation, not work
+                continue
             for ev in events.get(i, ()):
-                if ev.track != "DRAM":
-                    start, end = min(start, ev.start), max(end, ev.end)
                 key = ev.track.lower() if ev.track in ("TENSOR", "VECTOR") else ev.track
-                if not waiting:
-                    busy[key] += ev.end - ev.start
+                busy[key] += ev.end - ev.start
+                if ev.track != "DRAM":  # the channel time lies inside its DMA instruction's span
+                    working.append((ev.start, ev.end))
             if isinstance(ins, isa.DmaLoad | isa.DmaStore):
                 cost = dma_cost(hw, ins)
                 moved += cost.useful_bytes
                 wasted += cost.wasted_bytes
-        begin = max(start, prev_end) if end else prev_end
-        cycles = int(max(0, end - begin))
-        prev_end = max(prev_end, end)
+        spans.append(working)
+        figures.append((layer, busy, moved, wasted))
+    charged = attribute(spans, run.stats.total_cycles)
+    for (layer, busy, moved, wasted), cycles in zip(figures, charged, strict=True):
         bound, _, _ = layer_bound(hw, layer)
         load = {"tensor": busy["tensor"], "vector": busy["vector"], "dma": busy["DRAM"]}
         yield LayerReport(
@@ -161,12 +225,34 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
         )
 
 
-def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0) -> ModelReport:
-    """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``."""
+def model_bound(profile: Profile, io_bytes: int) -> float:
+    """``max(MACs / peak, (model inputs + weights + model outputs) / bandwidth)`` over the NPU runs.
+
+    Weights are the distinct constant tensors of the programs; ``io_bytes`` the model's own
+    inputs and outputs (intermediates between partitions are not compulsory).
+    """
+    compute = 0.0
+    weights: dict[str, int] = {}
+    hw = None
+    for run in profile.runs:
+        hw = parse_target(run.artifact.target).hw
+        compute += sum(x.macs / hw.peak_macs_per_cycle(DType.from_str(x.dtype)) for x in run.artifact.layers if x.macs)
+        for t in decode_program(run.artifact.program).tensors:
+            if t.kind == isa.TensorKind.CONSTANT:
+                weights[f"{run.symbol}/{t.name}"] = t.nbytes
+    if hw is None:
+        return 0.0
+    return max(compute, (io_bytes + sum(weights.values())) / hw.dram_bytes_per_cycle)
+
+
+def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_bytes: int = 0) -> ModelReport:
+    """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``;
+    ``io_bytes``: the model's own input and output bytes (for the model-level bound)."""
     if any(not run.trace for run in profile.runs):
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
     layers = tuple(x for run in profile.runs for x in _layers_of(run))
     return ModelReport(
+        model_bound_cycles=model_bound(profile, io_bytes),
         layers=layers,
         cycles=sum(r.stats.total_cycles for r in profile.runs),
         bound_cycles=sum(x.bound_cycles for x in layers),

@@ -37,6 +37,8 @@ class LayerInfo:
     dtype: str
     layout_in: str
     layout_out: str
+    # compulsory DRAM bytes: each distinct tensor once, only the elements the operator needs,
+    # nothing for a tensor kept on chip (the per-layer bound's DRAM part)
     input_bytes: int
     weight_bytes: int
     output_bytes: int

@@ -305,7 +305,7 @@ def compare(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndar
 
 def model_report(prof: Profile, info: BuildInfo) -> ModelReport:
     """The per-layer report of a traced run, with the host figures of its build."""
-    return report(prof, info.host_macs, info.layout_transforms)
+    return report(prof, info.host_macs, info.layout_transforms, info.io_bytes)
 
 
 # ------------------------------------------------------------------- trace and roofline

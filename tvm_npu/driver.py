@@ -164,6 +164,22 @@ class BuildInfo:
     partitions: int
     stage_seconds: dict[str, float]
     plans: tuple[PartitionPlan, ...] = ()
+    io_bytes: int = 0  # the model's own inputs and outputs (for the model-level bound)
+
+
+def io_bytes(mod: tvm.IRModule) -> int:
+    """Bytes of ``main``'s tensor parameters and results (static shapes; others count 0)."""
+
+    def nbytes(ty: object) -> int:
+        if isinstance(ty, relax.TupleType):
+            return sum(nbytes(f) for f in ty.fields)
+        if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr) and \
+                all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+            return int(np.prod([int(d) for d in ty.shape.values])) * np.dtype(str(ty.dtype)).itemsize
+        return 0
+
+    main = mod["main"]
+    return sum(nbytes(p.ty) for p in main.params) + nbytes(main.ret_ty if hasattr(main, "ret_ty") else main.body.ty)
 
 
 def _call_macs(call: relax.Call) -> int:
@@ -304,7 +320,7 @@ def build_with_info(
     seconds["import"] = time.perf_counter() - t0
     _dump(dump_path, 0, "import", mod)
     info = None
-    inserted = 0
+    inserted = model_io = 0
     before = count_transforms(mod)
     plans: list[PartitionPlan] = []
     for i, stage in enumerate(stages(npu, params, dump_path, tiles, plans), start=1):
@@ -312,6 +328,8 @@ def build_with_info(
         mod = stage.run(mod)
         seconds[stage.name] = time.perf_counter() - t0
         _dump(dump_path, i, stage.name, mod)
+        if stage.name == "bind":
+            model_io = io_bytes(mod)
         if stage.name == "layout":
             inserted = count_transforms(mod)
         if stage.name == "partition":
@@ -321,7 +339,7 @@ def build_with_info(
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
-                         stage_seconds=seconds, plans=tuple(plans))
+                         stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io)
 
 
 def host_target() -> tvm.target.Target:
