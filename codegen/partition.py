@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from tvm_npu.simulator import ProgramBuilder, disassemble, encode_program, isa
+from tvm_npu.simulator import ProgramBuilder, disassemble, isa
 from tvm_npu.tir_schedules import kind_of
 
 from tvm_npu.artifact import Artifact, LayerInfo
@@ -26,8 +26,8 @@ from .sync import insert_semaphores
 
 
 def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: HardwareConfig,
-               dump_dir: Path | None = None) -> Artifact:
-    """Compile ``plan`` (whose constants are ``constants``) into an :class:`Artifact`."""
+               dump_dir: Path | None = None) -> bytearray:
+    """Compile ``plan`` (whose constants are ``constants``) into an encoded :class:`Artifact`."""
     _check_names(plan, constants)
     asm = ProgramBuilder(hw)
     inputs = [t.name for t in plan.inputs]
@@ -77,7 +77,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     program = asm.build(instructions)
     if dump_dir is not None:
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
-    return Artifact(plan.symbol, plan.target, inputs, list(plan.outputs), layers, encode_program(program))
+    return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program)
 
 
 class PlanError(ValueError):

@@ -10,7 +10,6 @@ from tvm import relax
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.tir_schedules.plan import plan_partition
 
-from tvm_npu.artifact import Artifact
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.plan import PLAN_ATTR, PartitionPlan
 from tvm_npu.runtime_module import create_module
@@ -18,8 +17,8 @@ from tvm_npu.runtime_module import create_module
 from .partition import lower_plan
 
 
-def compile_function(func: relax.Function, target: NpuTarget, dump_dir: Path | None = None) -> Artifact:
-    """One ``Codegen="npu"`` function -> artifact: lower the plan the plan stage attached
+def compile_function(func: relax.Function, target: NpuTarget, dump_dir: Path | None = None) -> bytearray:
+    """One ``Codegen="npu"`` function -> encoded artifact: lower the plan the plan stage attached
     (``npu.plan``), or plan it here when the function comes from a pipeline of the user's own."""
     symbol = str(func.attrs["global_symbol"])
     graph = partition_graph(func, symbol)
@@ -43,8 +42,9 @@ def npu_codegen(functions, options, constant_names) -> list[tvm.runtime.Module]:
     dump = Path(str(opts["dump_dir"])) if opts.get("dump_dir") else None
     modules = []
     for func in functions:
-        artifact = compile_function(func, target, dump)
-        modules.append(create_module(artifact.encode(), [artifact.symbol]))
+        blob = compile_function(func, target, dump)
+        modules.append(create_module(blob, [str(func.attrs["global_symbol"])]))
+        del blob  # the module holds the program (a model's weights) now
     return modules
 
 

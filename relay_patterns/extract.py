@@ -101,7 +101,11 @@ class _Region:
 
 
 def const_array(expr: relax.Expr) -> np.ndarray:
-    return np.asarray(expr.value.numpy())
+    """A read-only numpy view of a Relax constant's data (zero-copy through DLPack: a model's
+    weights are not duplicated while they are planned and compiled)."""
+    arr = np.from_dlpack(expr.value)
+    arr.flags.writeable = False
+    return arr
 
 
 def _dtype(name: object) -> DType:

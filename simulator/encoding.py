@@ -129,11 +129,15 @@ def _decode_instruction(buf: memoryview, pos: int, index: int) -> tuple[isa.Inst
     return cls(**kwargs), end
 
 
-def encode_program(program: isa.Program) -> bytes:
-    """Serialise a program (header, tensor table, code, constant data, crc32)."""
-    out = bytearray()
-    data = bytearray()
+def encode_program(program: isa.Program, reserve: int = 0) -> bytearray:
+    """Serialise a program (header, tensor table, code, constant data, crc32).
+
+    The constant data (a model's weights) is copied once, straight into the returned
+    buffer (a bytearray, so that it is not copied again into an immutable ``bytes``);
+    the program starts after ``reserve`` bytes left for a container's header.
+    """
     table = bytearray()
+    arrays = []
     for t in program.tensors:
         name = t.name.encode()
         table += struct.pack("<H", len(name)) + name
@@ -143,14 +147,20 @@ def encode_program(program: isa.Program) -> bytes:
             arr = np.ascontiguousarray(program.constants[t.name], dtype=t.dtype.np.newbyteorder("<"))
             if arr.shape != tuple(t.shape):
                 raise ValueError(f"constant {t.name!r} has shape {arr.shape}, declared {t.shape}")
-            data += arr.tobytes()
+            arrays.append(arr)
     code = b"".join(encode_instruction(i) for i in program.instructions)
-    out += _HEADER.pack(
-        MAGIC, FORMAT_VERSION, 0, program.config_hash, len(program.tensors), len(program.instructions), len(data)
-    )
-    out += table + code + data
-    out += _TRAILER.pack(zlib.crc32(out))
-    return bytes(out)
+    n_data = sum(a.nbytes for a in arrays)
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, program.config_hash, len(program.tensors),
+                        len(program.instructions), n_data)
+    out = bytearray(reserve + len(head) + len(table) + len(code) + n_data + _TRAILER.size)
+    view = memoryview(out)
+    pos = reserve
+    for part in (head, table, code, *(memoryview(a).cast("B") for a in arrays)):
+        view[pos:pos + len(part)] = part
+        pos += len(part)
+    view[pos:] = _TRAILER.pack(zlib.crc32(view[reserve:pos]))
+    view.release()
+    return out
 
 
 def decode_program(blob: bytes | bytearray | memoryview) -> isa.Program:

@@ -189,11 +189,21 @@ def test_factory_global_is_registered():
     assert mod.kind == "npu" and rm.module_symbols(mod) == ["g"]
 
 
-def test_identical_blobs_share_a_handle():
+def test_blobs_reach_python_at_the_first_call_and_identical_ones_share_a_handle():
     before = len(rm._blobs)
-    rm.create_module(b"same-blob-for-dedup", ["a"])
-    rm.create_module(b"same-blob-for-dedup", ["b"])
+    a = rm.create_module(b"same-blob-for-dedup", ["a"])
+    b = rm.create_module(b"same-blob-for-dedup", ["b"])
+    assert len(rm._blobs) == before  # building (and exporting) keeps no Python copy of a program
+    seen = []
+    old = rm.set_invoke_handler(lambda blob, symbol, args: seen.append((blob, symbol)))
+    try:
+        a.get_function("a")()
+        b.get_function("b")()
+        a.get_function("a")()
+    finally:
+        rm.set_invoke_handler(old)
     assert len(rm._blobs) == before + 1
+    assert seen == [(b"same-blob-for-dedup", s) for s in "aba"]
 
 
 def test_bytes_roundtrip():
@@ -244,7 +254,7 @@ def test_missing_python_globals_mention_import_tvm_npu():
             print("INVOKE:", err)
         tvm_ffi.registry.remove_global_func("tvm_npu.runtime.register_blob")
         try:
-            rm._create_fn(b"x", ["f"])
+            rm._create_fn(b"y", ["g"])["g"]()  # the blob reaches Python at the first call
         except RuntimeError as err:
             print("REGISTER:", err)
         """

@@ -20,6 +20,7 @@
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/cast.h>
 #include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
@@ -27,6 +28,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -47,6 +49,7 @@ using tvm::ffi::ModuleObj;
 using tvm::ffi::Optional;
 using tvm::ffi::PackedArgs;
 using tvm::ffi::String;
+using tvm::ffi::Tensor;
 
 constexpr const char* kKind = "npu";
 constexpr const char kMagic[8] = {'T', 'V', 'M', 'N', 'P', 'U', 'M', '1'};
@@ -147,8 +150,18 @@ Function RequirePythonGlobal(const char* name) {
 
 class NpuModuleObj final : public ModuleObj {
  public:
-  NpuModuleObj(Bytes blob, Array<String> symbols)
-      : blob_(std::move(blob)), symbols_(std::move(symbols)) {
+  // The program bytes live in `bytes` or, when `view` is set, in the Python buffer it views
+  // (kept alive by its DLPack deleter); `data_`/`size_` point into the one that holds them.
+  NpuModuleObj(Bytes bytes, Optional<Tensor> view, Array<String> symbols)
+      : bytes_(std::move(bytes)), view_(std::move(view)), symbols_(std::move(symbols)) {
+    if (view_.has_value()) {
+      const DLTensor* t = view_.value().GetDLTensorPtr();
+      data_ = static_cast<const char*>(t->data) + t->byte_offset;
+      size_ = static_cast<size_t>(t->shape[0]);
+    } else {
+      data_ = bytes_.data();
+      size_ = bytes_.size();
+    }
     for (const String& symbol : symbols_) {
       if (symbol.size() == 0) {
         TVM_FFI_THROW(ValueError) << "tvm_npu module: empty symbol name";
@@ -157,9 +170,16 @@ class NpuModuleObj final : public ModuleObj {
         TVM_FFI_THROW(ValueError) << "tvm_npu module: duplicate symbol `" << symbol << "`";
       }
     }
-    // Hand the blob to Python once; calls then only carry the integer handle.
-    Any handle = RequirePythonGlobal(kRegisterBlobName)(blob_);
-    handle_ = handle.cast<int64_t>();
+  }
+
+  // Hand the blob to Python once, at the first call: calls then only carry the integer
+  // handle, and a module that is only built and exported never holds a second copy of
+  // its program (a model's weights) on the Python side.
+  int64_t Handle() {
+    std::call_once(registered_, [this] {
+      handle_ = RequirePythonGlobal(kRegisterBlobName)(Blob()).cast<int64_t>();
+    });
+    return handle_;
   }
 
   const char* kind() const final { return kKind; }
@@ -168,19 +188,25 @@ class NpuModuleObj final : public ModuleObj {
 
   Optional<Function> GetFunction(const String& name) final {
     if (name == kGetBlobName) {
-      return Function::FromPacked([blob = blob_](PackedArgs, Any* rv) { *rv = blob; });
+      Module self = tvm::ffi::GetRef<Module>(this);
+      NpuModuleObj* obj = this;
+      return Function::FromPacked([self, obj](PackedArgs, Any* rv) {
+        (void)self;
+        *rv = obj->Blob();
+      });
     }
     if (name == kGetSymbolsName) {
       return Function::FromPacked([symbols = symbols_](PackedArgs, Any* rv) { *rv = symbols; });
     }
     if (symbol_set_.count(std::string(name)) == 0) return std::nullopt;
     Module self = tvm::ffi::GetRef<Module>(this);
-    int64_t handle = handle_;
+    NpuModuleObj* obj = this;
     String symbol = name;
     // The closure holds `self` so the module (and its handle) outlives the VM's
     // cached function.
-    return Function::FromPacked([self, handle, symbol](PackedArgs args, Any* rv) {
+    return Function::FromPacked([self, obj, symbol](PackedArgs args, Any* rv) {
       (void)self;
+      int64_t handle = obj->Handle();
       Function invoke = RequirePythonGlobal(kInvokeName);
       std::vector<AnyView> forwarded(static_cast<size_t>(args.size()) + 2);
       forwarded[0] = handle;
@@ -199,7 +225,7 @@ class NpuModuleObj final : public ModuleObj {
     std::string payload;
     PutU64(&payload, static_cast<uint64_t>(symbols_.size()));
     for (const String& symbol : symbols_) PutBytes(&payload, symbol.data(), symbol.size());
-    PutBytes(&payload, blob_.data(), blob_.size());
+    PutBytes(&payload, data_, size_);
 
     std::string out(kMagic, sizeof(kMagic));
     PutU32(&out, kFormatVersion);
@@ -211,7 +237,7 @@ class NpuModuleObj final : public ModuleObj {
   }
 
   String InspectSource(const String& /*format*/) const final {
-    std::string text = "// tvm_npu module: " + std::to_string(blob_.size()) + " blob bytes\n";
+    std::string text = "// tvm_npu module: " + std::to_string(size_) + " blob bytes\n";
     for (const String& symbol : symbols_) text += "// symbol " + std::string(symbol) + "\n";
     return String(text);
   }
@@ -259,14 +285,24 @@ class NpuModuleObj final : public ModuleObj {
   }
 
   static Module Create(Bytes blob, Array<String> symbols) {
-    return Module(make_object<NpuModuleObj>(std::move(blob), std::move(symbols)));
+    return Module(make_object<NpuModuleObj>(std::move(blob), Optional<Tensor>(), std::move(symbols)));
+  }
+
+  static Module View(Tensor buffer, Array<String> symbols) {
+    return Module(make_object<NpuModuleObj>(Bytes(), Optional<Tensor>(std::move(buffer)), std::move(symbols)));
   }
 
  private:
-  Bytes blob_;
+  Bytes Blob() const { return Bytes(data_, size_); }  // a copy, for Python
+
+  Bytes bytes_;
+  Optional<Tensor> view_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  std::once_flag registered_;
+  int64_t handle_ = -1;
   Array<String> symbols_;
   std::unordered_set<std::string> symbol_set_;
-  int64_t handle_{-1};
 };
 
 }  // namespace
@@ -279,6 +315,18 @@ class NpuModuleObj final : public ModuleObj {
 // `ffi.Module.load_from_bytes.npu`, registered with override=True.
 Module CreateModule(Bytes blob, Array<String> symbols) {
   return NpuModuleObj::Create(std::move(blob), std::move(symbols));
+}
+
+// The same over a 1-D uint8 CPU buffer (a numpy view of a Python bytearray, by DLPack): the
+// module keeps the buffer alive and reads the program in place, so a model's weights are
+// not copied when its module is created.
+Module CreateModuleFromBuffer(Tensor data, Array<String> symbols) {
+  const DLTensor* t = data.GetDLTensorPtr();
+  if (t->ndim != 1 || t->dtype.code != kDLUInt || t->dtype.bits != 8 || t->dtype.lanes != 1 ||
+      t->device.device_type != kDLCPU || !data.IsContiguous()) {
+    TVM_FFI_THROW(TypeError) << "tvm_npu module: the program buffer must be a contiguous 1-D uint8 CPU array";
+  }
+  return NpuModuleObj::View(std::move(data), std::move(symbols));
 }
 
 Module LoadModuleFromBytes(Bytes bytes) { return NpuModuleObj::LoadFromBytes(bytes); }
@@ -295,5 +343,6 @@ Bytes SaveModuleToBytes(Module mod) {
 }  // namespace tvm_npu
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module, tvm_npu::CreateModule);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module_from_buffer, tvm_npu::CreateModuleFromBuffer);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_load_from_bytes, tvm_npu::LoadModuleFromBytes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_save_to_bytes, tvm_npu::SaveModuleToBytes);

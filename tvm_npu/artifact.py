@@ -14,6 +14,9 @@ import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 
+from tvm_npu.simulator import isa
+from tvm_npu.simulator.encoding import encode_program
+
 MAGIC = b"NPUA"
 VERSION = 1
 _HEAD = struct.Struct("<4sHHII")
@@ -56,24 +59,29 @@ class Artifact:
     inputs: list[str]
     outputs: list[str]
     layers: list[LayerInfo]
-    program: bytes
+    program: bytes | bytearray
 
     def encode(self) -> bytes:
-        meta = json.dumps(
-            {
-                "symbol": self.symbol,
-                "target": self.target,
-                "inputs": self.inputs,
-                "outputs": self.outputs,
-                "layers": [asdict(x) for x in self.layers],
-            },
-            sort_keys=True,
-        ).encode()
-        crc = zlib.crc32(meta + self.program)
-        return _HEAD.pack(MAGIC, VERSION, 0, len(meta), crc) + meta + self.program
+        meta = _meta(self.symbol, self.target, self.inputs, self.outputs, self.layers)
+        crc = zlib.crc32(self.program, zlib.crc32(meta))  # no temporary copy of the program
+        return b"".join((_HEAD.pack(MAGIC, VERSION, 0, len(meta), crc), meta, self.program))
+
+    @staticmethod
+    def pack(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo],
+             program: isa.Program) -> bytearray:
+        """The encoded artifact of a program, written in one buffer: the program (with a
+        model's weights) is serialised straight behind the metadata, never copied whole."""
+        meta = _meta(symbol, target, inputs, outputs, layers)
+        head = _HEAD.size + len(meta)
+        blob = encode_program(program, reserve=head)
+        blob[_HEAD.size:head] = meta
+        with memoryview(blob) as view:
+            crc = zlib.crc32(view[_HEAD.size:])
+        _HEAD.pack_into(blob, 0, MAGIC, VERSION, 0, len(meta), crc)
+        return blob
 
     @classmethod
-    def decode(cls, blob: bytes) -> Artifact:
+    def decode(cls, blob: bytes | bytearray) -> Artifact:
         if len(blob) < _HEAD.size:
             raise ArtifactError(f"NPU artifact truncated: {len(blob)} bytes is shorter than its header")
         magic, version, _, meta_len, crc = _HEAD.unpack_from(blob, 0)
@@ -91,3 +99,8 @@ class Artifact:
                        bytes(body[meta_len:]))
         except (ValueError, KeyError, TypeError) as e:
             raise ArtifactError(f"NPU artifact metadata is malformed: {e}") from None
+
+
+def _meta(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo]) -> bytes:
+    return json.dumps({"symbol": symbol, "target": target, "inputs": inputs, "outputs": outputs,
+                       "layers": [asdict(x) for x in layers]}, sort_keys=True).encode()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import tvm  # also registers tvm.runtime.Module as the Python class of ffi.Module
+import numpy as np
 import tvm_ffi
 import tvm_ffi.cpp
 
@@ -61,6 +62,7 @@ _BUILD_RECIPE_VERSION = 1
 _lock = threading.RLock()
 _extension: tvm_ffi.Module | None = None
 _create_fn: tvm_ffi.Function | None = None
+_create_from_buffer_fn: tvm_ffi.Function | None = None
 _load_fn: tvm_ffi.Function | None = None
 _save_fn: tvm_ffi.Function | None = None
 
@@ -87,19 +89,20 @@ def load_extension() -> tvm_ffi.Module:
     keyed by a hash of the source, so later processes only ``dlopen`` it. The library is
     kept loaded for the life of the process because module objects use its vtable.
     """
-    global _extension, _create_fn, _load_fn, _save_fn
+    global _extension, _create_fn, _create_from_buffer_fn, _load_fn, _save_fn
     with _lock:
         if _extension is None:
             lib_path = tvm_ffi.cpp.build_inline(name=_EXTENSION_NAME, cpp_sources=_extension_source())
             lib = tvm_ffi.load_module(lib_path, keep_module_alive=True)
             _create_fn = lib.get_function("tvm_npu_create_module")
+            _create_from_buffer_fn = lib.get_function("tvm_npu_create_module_from_buffer")
             _load_fn = lib.get_function("tvm_npu_load_from_bytes")
             _save_fn = lib.get_function("tvm_npu_save_to_bytes")
             _extension = lib
         return _extension
 
 
-def create_module(blob: bytes, symbols: Sequence[str]) -> tvm.runtime.Module:
+def create_module(blob: bytes | bytearray, symbols: Sequence[str]) -> tvm.runtime.Module:
     """Wrap serialized NPU programs in a runtime module exporting ``symbols``.
 
     Each symbol becomes a function the Relax VM finds through the module's imports
@@ -109,7 +112,11 @@ def create_module(blob: bytes, symbols: Sequence[str]) -> tvm.runtime.Module:
         raise TypeError("symbols must be a sequence of names, not a single string")
     load_extension()
     assert _create_fn is not None
-    return _create_fn(bytes(blob), [str(s) for s in symbols])
+    names = [str(s) for s in symbols]
+    if isinstance(blob, bytearray) and blob:  # the module reads it in place (DLPack): no copy of the weights
+        assert _create_from_buffer_fn is not None
+        return _create_from_buffer_fn(np.frombuffer(blob, dtype=np.uint8), names)
+    return _create_fn(bytes(blob), names)
 
 
 def module_blob(mod: tvm.runtime.Module) -> bytes:

@@ -15,16 +15,17 @@ from helpers import conv, eltwise, pool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import conv_specs, eltwise_specs, matmul_specs, pool_specs
-from tvm_npu.analysis import report
 from tvm_npu.codegen.partition import lower_plan
-from tvm_npu.runtime import PartitionRun, Profile
 from tvm_npu.simulator import Simulator, decode_program
 from tvm_npu.tir_schedules import planner
 from tvm_npu.tir_schedules.plan import plan_partition
 
+from tvm_npu.analysis import report
+from tvm_npu.artifact import Artifact
 from tvm_npu.config import CompilerOptions, HardwareConfig, NpuTarget, parse_target
 from tvm_npu.ops import Conv2dSpec, EpiKind, Epilogue, OpSpec, TensorRef
 from tvm_npu.plan import GraphOp, OpPlan, PartitionGraph, PartitionPlan
+from tvm_npu.runtime import PartitionRun, Profile
 
 HW = HardwareConfig()
 
@@ -42,7 +43,7 @@ def _inputs(specs: list[OpSpec]) -> tuple[TensorRef, ...]:
 def _check(plan: PartitionPlan) -> list[float]:
     """Compile and run ``plan``; assert every layer's and the partition's efficiency <= 1."""
     hw = parse_target(plan.target).hw
-    artifact = lower_plan(plan, {}, hw)
+    artifact = Artifact.decode(lower_plan(plan, {}, hw))
     result = Simulator(hw).run(decode_program(artifact.program), timing_only=True, trace=True)
     rep = report(Profile(runs=[PartitionRun(plan.symbol, artifact, result.stats, result.trace)]))
     assert sum(x.cycles for x in rep.layers) == result.stats.total_cycles  # the attribution adds up

@@ -18,6 +18,7 @@ from tvm_npu.tir_schedules import planner
 from tvm_npu.tir_schedules.plan import RESIDENT_SHARE
 
 import tvm_npu
+from tvm_npu.artifact import Artifact
 from tvm_npu.config import CompilerOptions, HardwareConfig, parse_target
 from tvm_npu.driver import is_npu_function, plan_model, stages
 from tvm_npu.models import backend_inputs, tiny_convnet
@@ -87,7 +88,7 @@ def test_plan_stage_attaches_the_plan_and_the_codegen_lowers_it() -> None:
     k, op = next((k, op) for k, op in enumerate(plan.ops) if isinstance(op.tile, ConvTile))
     other = next(t for t, _ in planner.legal(op.spec, target.hw, target.options) if t != op.tile)
     edited = replace(plan, ops=(*plan.ops[:k], replace(op, tile=other), *plan.ops[k + 1:]))
-    artifact = compile_function(func.with_attr(PLAN_ATTR, edited.to_json()), target)
+    artifact = Artifact.decode(compile_function(func.with_attr(PLAN_ATTR, edited.to_json()), target))
     assert artifact.layers[k].tile == json.loads(json.dumps(tile_to_json(other)))
 
 
