@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import tvm  # also registers tvm.runtime.Module as the Python class of ffi.Module
 import numpy as np
+import tvm  # also registers tvm.runtime.Module as the Python class of ffi.Module
 import tvm_ffi
 import tvm_ffi.cpp
 
