@@ -171,10 +171,6 @@ def pipeline(sch: s_tir.Schedule, loop: s_tir.LoopRV, stages: int, loads: Sequen
     sch.annotate(loop, "software_pipeline_order", list(range(len(children))))
 
 
-def extent(sch: s_tir.Schedule, loop: s_tir.LoopRV) -> int:
-    return int(sch.get(loop).extent.value)
-
-
 def result_store(sch: s_tir.Schedule, spec: OpSpec, acc: s_tir.SBlockRV) -> s_tir.SBlockRV:
     """Put the accumulator (and, with an epilogue, its stages) in SRAM; return the store copy."""
     if spec.epilogue:
