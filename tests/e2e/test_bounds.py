@@ -117,3 +117,35 @@ def _reading(spec: OpSpec, data: TensorRef) -> OpSpec:
     if isinstance(spec, Conv2dSpec):
         return replace(spec, data=data, out=out)
     return replace(spec, data=data, out=out)
+
+
+BENCHMARK_TARGETS = ("npu", "npu -max-sram-bytes=262144", "npu -fusion=0", "npu -fusion=2",
+                     "npu -layout-pref=NCHW", "npu -layout-pref=NHWC")
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize("target", BENCHMARK_TARGETS)
+def test_no_layer_of_a_benchmark_model_beats_its_bound(target: str) -> None:
+    """Every layer and partition of the eleven benchmark models (weights randomised), at
+    every target of benchmarks/roofline.py."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from compare_llvm import models
+
+    from tvm_npu.bench import build_model, default_inputs, model_report, profile_model
+
+    worst = []
+    for name, load in models(quick=False).items():
+        model = load()
+        executable, info, _ = build_model(model, target, progress=False)
+        _, prof, _ = profile_model(executable, default_inputs(model), trace=True, timing_only=True)
+        rep = model_report(prof, info)
+        assert sum(x.cycles for x in rep.layers) == rep.cycles
+        for run in prof.runs:
+            assert run.stats.efficiency <= 1.0, (name, run.symbol, run.stats.efficiency)
+        for x in rep.layers:
+            assert 0 < x.efficiency <= 1.0, (name, x.name, x.description, x.efficiency)
+        worst.append((max(x.efficiency for x in rep.layers), name))
+    print(target, sorted(worst)[-3:])
