@@ -4,10 +4,12 @@
   ``conv2d(x, W * s) + (beta - mean * s)`` with ``s = gamma / sqrt(var + eps)``, so
   batch-norm costs nothing on the NPU (it is a bias in the conv epilogue).
 * ``RemoveDropout``: inference dropout is the identity.
-* ``SimplifySumOfStack``: the ONNX importer turns ``Sum(a, b, ...)`` into
-  ``sum(stack(broadcast_to(a), broadcast_to(b)), axis=0)``; this becomes a chain of
-  ``add`` (with the broadcasts dropped where they are identities), which the residual
-  epilogue pattern can take.
+* ``SimplifyReduceOfStack``: the ONNX importer turns ``Sum(a, b, ...)`` (and ``Max``,
+  ``Min``) into ``sum(stack(broadcast_to(a), broadcast_to(b)), axis=0)`` (``max``,
+  ``min``); this becomes a chain of ``add`` (``maximum``, ``minimum``), with the
+  broadcasts dropped where the binary op broadcasts by itself, which the epilogue
+  patterns can take (and which TVM's ``ConvertLayout`` can convert: it fails on the
+  stacked form).
 
 TVM has no pass for either (``DecomposeOpsForInference`` turns batch-norm into
 five elementwise ops and keeps them), hence these two.
@@ -82,9 +84,21 @@ def _fold_bn_into_conv(func: relax.Function) -> relax.Function:
     return rewrite_call(root, rewriter, func)
 
 
+#: Reduction over a stack -> the binary op that folds it.
+_REDUCE_OF_STACK = {"relax.sum": relax.op.add, "relax.max": relax.op.maximum, "relax.min": relax.op.minimum}
+
+
+def _broadcasts_to(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether numpy broadcasting takes ``shape`` to ``out`` (without growing ``out``)."""
+    if len(shape) > len(out):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(out), strict=False))
+
+
 @relax.expr_functor.mutator
-class _SumOfStack(relax.PyExprMutator):
-    """``sum(stack(xs), axis=0)`` -> ``xs[0] + xs[1] + ...``; drop identity ``broadcast_to``."""
+class _ReduceOfStack(relax.PyExprMutator):
+    """``sum(stack(xs), axis=0)`` -> ``xs[0] + xs[1] + ...`` (max / min alike); the first term
+    keeps the output's shape, later ones drop a ``broadcast_to`` the binary op does itself."""
 
     def _resolve(self, expr: relax.Expr) -> relax.Expr:
         if isinstance(expr, relax.Var):
@@ -93,17 +107,18 @@ class _SumOfStack(relax.PyExprMutator):
                 return bound
         return expr
 
-    def _unbroadcast(self, expr: relax.Expr, shape: tuple[int, ...]) -> relax.Expr:
+    def _unbroadcast(self, expr: relax.Expr, shape: tuple[int, ...], first: bool) -> relax.Expr:
         val = self._resolve(expr)
         if isinstance(val, relax.Call) and val.op == tvm.ir.Op.get("relax.broadcast_to"):
             src = val.args[0]
-            if _static_shape(src) == shape:
+            src_shape = _static_shape(src)
+            if src_shape == shape or (not first and src_shape is not None and _broadcasts_to(src_shape, shape)):
                 return src
         return expr
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if call.op != tvm.ir.Op.get("relax.sum") or call.attrs.keepdims:
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _REDUCE_OF_STACK or call.attrs.keepdims:
             return call
         axes = call.attrs.axis
         if axes is None or [int(a) for a in axes] != [0]:
@@ -119,10 +134,11 @@ class _SumOfStack(relax.PyExprMutator):
         out_shape = _static_shape(call)
         if out_shape is None:
             return call
-        fields = [self._unbroadcast(f, out_shape) for f in items.fields]
+        binary = _REDUCE_OF_STACK[call.op.name]
+        fields = [self._unbroadcast(f, out_shape, i == 0) for i, f in enumerate(items.fields)]
         acc = fields[0]
         for f in fields[1:]:
-            acc = self.builder_.normalize(relax.op.add(acc, f))
+            acc = self.builder_.normalize(binary(acc, f))
         return acc
 
 
@@ -144,10 +160,11 @@ def fold_batch_norm(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transfor
     return _fold_bn_into_conv(func)
 
 
-@relax.transform.function_pass(opt_level=0, name="tvm_npu.SimplifySumOfStack")
-def simplify_sum_of_stack(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
-    """Rewrite the ONNX importer's ``Sum`` lowering into plain adds."""
-    return _SumOfStack().visit_expr(func)
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.SimplifyReduceOfStack")
+def simplify_reduce_of_stack(func: relax.Function, _mod: tvm.IRModule,
+                             _ctx: tvm.transform.PassContext) -> relax.Function:
+    """Rewrite the ONNX importer's ``Sum`` / ``Max`` / ``Min`` lowering into chains of binary ops."""
+    return _ReduceOfStack().visit_expr(func)
 
 
 def canonicalize_passes() -> list[tvm.transform.Pass]:
@@ -157,7 +174,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         remove_dropout,
         fold_batch_norm,
         relax.transform.DecomposeOpsForInference(),
-        simplify_sum_of_stack,
+        simplify_reduce_of_stack,
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),

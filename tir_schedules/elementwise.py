@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from tvm import s_tir, te
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, ElementwiseSpec
+from tvm_npu.ops import Broadcast, ElementwiseSpec, EpiKind
 from tvm_npu.tiles import EltwiseTile
 
 from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
@@ -28,11 +28,16 @@ def _channel(spec: ElementwiseSpec) -> int:
     return spec.out.layout.index("C") if "C" in spec.out.layout else len(spec.out.shape) - 1
 
 
+#: ``x op x`` kinds whose TE expression still reads ``x`` once it is simplified (``x - x``,
+#: ``max(x, x)`` and ``min(x, x)`` fold away, leaving a block that reads nothing to stage).
+_SHARED_OPERAND = frozenset({EpiKind.ADD, EpiKind.MUL})
+
+
 def _first_reads_data(spec: ElementwiseSpec) -> bool:
-    """``x op x``: the first step's operand is the data itself, tile for tile (loaded once)."""
+    """``x + x``, ``x * x``: the first step's operand is the data itself, tile for tile (loaded once)."""
     first = spec.epilogue[0] if spec.epilogue else None
-    return (first is not None and first.operand is not None and first.operand.name == spec.data.name
-            and first.broadcast == Broadcast.FULL)
+    return (first is not None and first.kind in _SHARED_OPERAND and first.operand is not None
+            and first.operand.name == spec.data.name and first.broadcast == Broadcast.FULL)
 
 
 def _tile_count(spec: ElementwiseSpec, tile: EltwiseTile) -> int:

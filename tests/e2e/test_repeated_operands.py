@@ -49,3 +49,14 @@ def test_x_matmul_x_counts_x_once() -> None:
     r = run_op(spec, planner.choose(spec, hw, CompilerOptions()), hw)
     assert_matches(r.out, r.ref, "x @ x")
     assert kind_of(spec).needed_bytes(spec) == {"x": x.nbytes}
+
+
+def test_x_minus_x_and_max_of_x_and_x_compile() -> None:
+    """``x - x`` and ``max(x, x)`` simplify away in TE: they keep an operand buffer of their own
+    (the fuzzer found ``x - x`` failing to schedule when it shared the data's)."""
+    x = TensorRef("x", (2, 5, 4, 3), F32, "NCHW")
+    hw = HardwareConfig()
+    for kind in (EpiKind.SUB, EpiKind.MAX, EpiKind.MIN):
+        spec = ElementwiseSpec("op", TensorRef("y", x.shape, F32, "NCHW"), data=x, epilogue=(Epilogue(kind, x),))
+        r = run_op(spec, planner.choose(spec, hw, CompilerOptions()), hw)
+        assert_matches(r.out, r.ref, f"x {kind.value} x")
