@@ -8,20 +8,23 @@ from .errors import (
     BuildError,
     ConfigMismatchError,
     DeadlockError,
+    HazardError,
     InstructionError,
     ProgramFormatError,
     SimulatorError,
     SramBudgetError,
 )
-from .isa import Engine, Opcode, Program, TensorDecl, TensorKind
+from .isa import Access, Engine, Opcode, Program, Space, TensorDecl, TensorKind
 from .machine import LoadedProgram, RunResult, RunStats, Simulator, TraceEvent
 
 __all__ = [
+    "Access",
     "BindingError",
     "BuildError",
     "ConfigMismatchError",
     "DeadlockError",
     "Engine",
+    "HazardError",
     "InstructionError",
     "LoadedProgram",
     "Opcode",
@@ -32,6 +35,7 @@ __all__ = [
     "RunStats",
     "Simulator",
     "SimulatorError",
+    "Space",
     "SramBudgetError",
     "TensorDecl",
     "TensorKind",

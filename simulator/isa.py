@@ -3,7 +3,10 @@
 Every SRAM operand is a base byte address plus element strides over a logical
 shape given by the instruction, so one record describes CHW or HWC tiles,
 transposed matmul operands and broadcasts (stride 0) alike. DRAM is reached only
-by DMA, through a program-level table of named tensors. The binary encoding lives
+by DMA, through a program-level table of named tensors. Each record states its
+operands once, as :class:`Access` descriptions (``accesses()``); validation,
+numerics, costs, the SRAM high-water mark, hazard checking and the compiler's
+synchronisation pass all read the geometry from there. The binary encoding lives
 in :mod:`tvm_npu.simulator.encoding`; the semantics and costs in
 ``docs/architecture.md`` and :mod:`tvm_npu.simulator.machine`.
 """
@@ -11,6 +14,7 @@ in :mod:`tvm_npu.simulator.encoding`; the semantics and costs in
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -60,6 +64,13 @@ class Opcode(enum.IntEnum):
     END = 0xFF
 
 
+class Space(enum.IntEnum):
+    """The memory an operand lives in."""
+
+    SRAM = 0
+    DRAM = 1
+
+
 class TensorKind(enum.IntEnum):
     """Role of a DRAM tensor in a program; only scratch tensors may stay off the bound."""
 
@@ -87,6 +98,81 @@ class TensorDecl:
         return self.size * self.dtype.itemsize
 
 
+# ---------------------------------------------------------------------- operands
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One operand of an instruction: where it is, its geometry, and what the instruction does with it.
+
+    ``base`` is a byte address in SRAM, or an element offset from the start of DRAM
+    tensor ``tensor`` (an index into :attr:`Program.tensors`); ``strides`` are in
+    elements of ``dtype`` over the logical ``shape``, so element ``idx`` sits at
+    ``base + sum(idx * strides)`` (times the element size in SRAM). ``read`` and
+    ``write`` say whether the instruction reads and/or writes it: an accumulating
+    MatMul/Conv reads and writes its output. ``distinct`` is set where the ISA
+    requires every index to reach a different element (every written operand, the SRAM
+    side of every DMA, tensor-engine and pooling operands); the other reads may
+    broadcast (stride 0). ``field``/``strides_field`` name the record's fields, for
+    error messages.
+    """
+
+    space: Space
+    base: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: DType
+    read: bool
+    write: bool
+    distinct: bool
+    field: str
+    strides_field: str
+    tensor: int = -1
+
+    @property
+    def nelems(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def last(self) -> int:
+        """Element offset, from ``base``, of the last element reached (strides are non-negative once valid)."""
+        return sum(map(operator.mul, self.shape, self.strides)) - sum(self.strides)
+
+    @property
+    def extent(self) -> tuple[int, int]:
+        """The bounding range ``[lo, hi)``: SRAM bytes, or DRAM elements of the tensor."""
+        if self.space == Space.SRAM:
+            return self.base, self.base + (self.last + 1) * self.dtype.itemsize
+        return self.base, self.base + self.last + 1
+
+    def offsets(self) -> np.ndarray:
+        """Sorted distinct element offsets, from ``base``, that the operand reaches (int64)."""
+        off = np.zeros(1, np.int64)
+        for n, s in zip(self.shape, self.strides, strict=True):
+            if n > 1 and s != 0:
+                off = (off[:, None] + np.arange(n, dtype=np.int64) * s).reshape(-1)
+        return np.unique(off)
+
+    def units(self) -> np.ndarray:
+        """Sorted distinct units the operand touches, in the coordinates of :attr:`extent`.
+
+        SRAM: byte addresses (every byte of every element); DRAM: element offsets in the tensor.
+        """
+        if self.space == Space.DRAM:
+            return self.offsets() + self.base
+        size = self.dtype.itemsize
+        start = self.offsets() * size + self.base
+        if size == 1:
+            return start
+        return (start[:, None] + np.arange(size, dtype=np.int64)).reshape(-1)  # sorted: elements do not overlap
+
+
+def _sram(field: str, strides_field: str, addr: int, shape: tuple[int, ...], strides: tuple[int, ...],
+          dtype: DType, *, read: bool = False, write: bool = False, distinct: bool = True) -> Access:
+    return Access(Space.SRAM, addr, shape, strides, dtype, read, write, distinct, field, strides_field)
+
+
 # --------------------------------------------------------------------------- DMA
 @dataclass(frozen=True, slots=True)
 class _Dma:
@@ -110,6 +196,15 @@ class _Dma:
     @property
     def nelems(self) -> int:
         return self.shape[0] * self.shape[1] * self.shape[2]
+
+    def accesses(self) -> tuple[Access, Access]:
+        """(the DRAM side, the SRAM side): a load reads DRAM and writes SRAM, a store the reverse."""
+        store = self.opcode == Opcode.DMA_STORE
+        dram = Access(Space.DRAM, self.dram_offset, self.shape, self.dram_strides, self.dtype, not store, store,
+                      store, "dram_offset", "dram_strides", self.tensor)
+        sram = _sram("sram_addr", "sram_strides", self.sram_addr, self.shape, self.sram_strides, self.dtype,
+                     read=store, write=not store)
+        return dram, sram
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +248,15 @@ class MatMul:
     @property
     def acc_dtype(self) -> DType:
         return ACCUMULATOR[self.in_dtype]
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(A (m, k), B (k, n), C (m, n) in the accumulator type; C is also read when accumulating)."""
+        return (
+            _sram("a_addr", "a_strides", self.a_addr, (self.m, self.k), self.a_strides, self.in_dtype, read=True),
+            _sram("b_addr", "b_strides", self.b_addr, (self.k, self.n), self.b_strides, self.in_dtype, read=True),
+            _sram("c_addr", "c_strides", self.c_addr, (self.m, self.n), self.c_strides, self.acc_dtype,
+                  read=self.accumulate, write=True),
+        )
 
     @property
     def macs(self) -> int:
@@ -203,6 +307,17 @@ class Conv:
     def acc_dtype(self) -> DType:
         return ACCUMULATOR[self.in_dtype]
 
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(input (c, h, w), weights (o, i/groups, kh, kw), output (c, h, w), also read when accumulating)."""
+        w_shape = (self.out_c, self.in_c // self.groups if self.groups else 0, self.kernel_h, self.kernel_w)
+        return (
+            _sram("in_addr", "in_strides", self.in_addr, (self.in_c, self.in_h, self.in_w), self.in_strides,
+                  self.in_dtype, read=True),
+            _sram("w_addr", "w_strides", self.w_addr, w_shape, self.w_strides, self.in_dtype, read=True),
+            _sram("out_addr", "out_strides", self.out_addr, (self.out_c, self.out_h, self.out_w), self.out_strides,
+                  self.acc_dtype, read=self.accumulate, write=True),
+        )
+
     @property
     def macs(self) -> int:
         return self.out_c * self.out_h * self.out_w * (self.in_c // max(self.groups, 1)) * self.kernel_h * self.kernel_w
@@ -225,6 +340,19 @@ class _VecBase:
     def nelems(self) -> int:
         return self.shape[0] * self.shape[1] * self.shape[2]
 
+    def types(self) -> tuple[DType, DType]:
+        """(source, destination) element types; they differ only for VecRequant and VecCast."""
+        return self.dtype, self.dtype  # type: ignore[attr-defined]
+
+    def accesses(self) -> tuple[Access, ...]:
+        """(dst, src, then ``other`` or the bias): dst is written with distinct elements, sources may broadcast."""
+        src_t, dst_t = self.types()
+        return (
+            _sram("dst_addr", "dst_strides", self.dst_addr, self.shape, self.dst_strides, dst_t, write=True),
+            _sram("src_addr", "src_strides", self.src_addr, self.shape, self.src_strides, src_t,
+                  read=True, distinct=False),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class VecBinary(_VecBase):
@@ -240,6 +368,12 @@ class VecBinary(_VecBase):
     @property
     def opcode(self) -> Opcode:
         return self.op
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        dst, src = _VecBase.accesses(self)
+        other = _sram("other_addr", "other_strides", self.other_addr, self.shape, self.other_strides, self.dtype,
+                      read=True, distinct=False)
+        return dst, src, other
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +436,13 @@ class VecBiasAdd(_VecBase):
 
     opcode: ClassVar[Opcode] = Opcode.VBIAS_ADD
 
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(dst, src, bias): the bias is the contiguous vector along ``axis``, broadcast over the other two."""
+        dst, src = _VecBase.accesses(self)
+        strides = tuple(int(axis == self.axis) for axis in range(3))
+        bias = _sram("bias_addr", "axis", self.bias_addr, self.shape, strides, self.dtype, read=True, distinct=False)
+        return dst, src, bias
+
 
 @dataclass(frozen=True, slots=True)
 class VecRequant(_VecBase):
@@ -317,6 +458,9 @@ class VecRequant(_VecBase):
 
     opcode: ClassVar[Opcode] = Opcode.VREQUANT
 
+    def types(self) -> tuple[DType, DType]:
+        return DType.INT32, DType.INT8
+
 
 @dataclass(frozen=True, slots=True)
 class VecCast(_VecBase):
@@ -330,6 +474,9 @@ class VecCast(_VecBase):
     dst_dtype: DType
 
     opcode: ClassVar[Opcode] = Opcode.VCAST
+
+    def types(self) -> tuple[DType, DType]:
+        return self.src_dtype, self.dst_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +517,15 @@ class Pool:
     def opcode(self) -> Opcode:
         return self.op
 
+    def accesses(self) -> tuple[Access, Access]:
+        """(input (c, in_h, in_w), output (c, out_h, out_w)), both with distinct elements."""
+        return (
+            _sram("in_addr", "in_strides", self.in_addr, (self.channels, self.in_h, self.in_w), self.in_strides,
+                  self.dtype, read=True),
+            _sram("out_addr", "out_strides", self.out_addr, (self.channels, self.out_h, self.out_w),
+                  self.out_strides, self.dtype, write=True),
+        )
+
 
 # ---------------------------------------------------------------- sync and end
 @dataclass(frozen=True, slots=True)
@@ -385,6 +541,9 @@ class Signal:
     def engine(self) -> Engine:
         return self.engine_id
 
+    def accesses(self) -> tuple[Access, ...]:
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class Wait:
@@ -399,6 +558,9 @@ class Wait:
     def engine(self) -> Engine:
         return self.engine_id
 
+    def accesses(self) -> tuple[Access, ...]:
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class End:
@@ -406,6 +568,9 @@ class End:
 
     opcode: ClassVar[Opcode] = Opcode.END
     engine: ClassVar[None] = None
+
+    def accesses(self) -> tuple[Access, ...]:
+        return ()
 
 
 Instruction = (
@@ -446,11 +611,3 @@ class Program:
     instructions: tuple[Instruction, ...]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def tensor_index(self, name: str) -> int:
-        for i, t in enumerate(self.tensors):
-            if t.name == name:
-                return i
-        raise KeyError(name)
-
-    def tensors_of(self, kind: TensorKind) -> list[TensorDecl]:
-        return [t for t in self.tensors if t.kind == kind]

@@ -12,10 +12,14 @@ max(engine free, that signal's time). Signal, Wait and End take 0 cycles.
 
 The event loop processes instructions in non-decreasing start time across engines
 (ties go to the lower engine id), so a run is deterministic, and applies an
-instruction's numerics at the moment it is processed: a correctly synchronised
-program computes the right values, and timing-only mode is the same loop without the
-numerics, hence returns identical cycle counts by construction. When every
-unfinished engine is blocked on a Wait, the run stops with :class:`DeadlockError`.
+instruction's numerics at the moment it is processed. Timing-only mode is the same
+loop without the numerics, hence returns identical cycle counts by construction.
+Both modes referee the synchronisation (:mod:`.hazards`): two instructions of
+different engines that touch the same memory, one of them writing, must run in
+program order (the later may start only once the earlier has completed), else the
+run stops with :class:`HazardError`; so a run that completes computes exactly what
+executing the instruction list sequentially computes. When every unfinished engine
+is blocked on a Wait, the run stops with :class:`DeadlockError`.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ import numpy as np
 
 from tvm_npu.config import DType, HardwareConfig
 
-from . import isa, numerics, timing
+from . import hazards, isa, numerics, timing
 from .encoding import decode_program
 from .errors import BindingError, ConfigMismatchError, DeadlockError, InstructionError, ProgramFormatError
-from .validate import validate
+from .validate import validate_accesses
 
 #: Timeline tracks: the four engines, then the DRAM channel they share.
 TRACKS: tuple[str, ...] = (*(e.name for e in isa.Engine), "DRAM")
@@ -123,21 +127,32 @@ class LoadedProgram:
 
     hw: HardwareConfig
     program: isa.Program
-    #: per engine, its queue: (kind, instruction index, cycles or semaphore)
-    queues: tuple[tuple[tuple[int, int, int], ...], ...]
+    #: per engine, its queue: (kind, instruction index, cycles or semaphore, hazard candidates)
+    queues: tuple[tuple[tuple[int, int, int, tuple[int, ...]], ...], ...]
     static_stats: dict[str, Any]
+    #: the exact hazard test, None if the program was loaded without hazard checking
+    referee: hazards.Referee | None
+    #: every instruction's operand descriptions (equal records share one tuple)
+    accesses: tuple[tuple[isa.Access, ...], ...]
 
     @cached_property
     def executors(self) -> tuple[numerics.Executor | None, ...]:
-        """Numerics of every instruction, built on the first functional run only."""
-        return tuple(numerics.executor(ins) for ins in self.program.instructions)
+        """Numerics of every instruction, built on the first functional run only (once per distinct record)."""
+        return numerics.executors(self.program.instructions, self.accesses)
 
 
 class Simulator:
-    """Runs NPU programs for one hardware configuration."""
+    """Runs NPU programs for one hardware configuration.
 
-    def __init__(self, hw: HardwareConfig) -> None:
+    ``check_hazards`` (on by default) makes every run, functional or timing-only, raise
+    :class:`HazardError` when two instructions of different engines that share memory
+    run out of program order (see :mod:`.hazards`); it applies to the programs this
+    simulator loads.
+    """
+
+    def __init__(self, hw: HardwareConfig, *, check_hazards: bool = True) -> None:
         self.hw = hw
+        self.check_hazards = check_hazards
 
     # ------------------------------------------------------------------ load
     def load(self, program: isa.Program | bytes | bytearray | memoryview) -> LoadedProgram:
@@ -148,26 +163,27 @@ class Simulator:
             if not isinstance(program, bytes | bytearray | memoryview):
                 raise ProgramFormatError(f"expected a Program or its encoded bytes, got {type(program).__name__}")
             program = decode_program(program)
-        high_water = validate(hw, program, check_types=not decoded)
-        queues: list[list[tuple[int, int, int]]] = [[] for _ in range(_N_ENGINES)]
+        high_water, accesses = validate_accesses(hw, program, check_types=not decoded)
+        deps = hazards.candidates(program, accesses) if self.check_hazards else [()] * len(accesses)
+        queues: list[list[tuple[int, int, int, tuple[int, ...]]]] = [[] for _ in range(_N_ENGINES)]
         macs: dict[DType, int] = {}
         bytes_ = [0, 0]
         descriptors = [0, 0]
         wasted = 0
         for index, ins in enumerate(program.instructions):
             if isinstance(ins, isa.DmaLoad | isa.DmaStore):
-                cost = timing.dma_cost(hw, ins)
+                cost = timing.dram_cost(hw, accesses[index][0])
                 way = int(ins.engine)  # DMA_LOAD = 0, DMA_STORE = 1
                 bytes_[way] += cost.useful_bytes
                 descriptors[way] += 1
                 wasted += cost.wasted_bytes
-                queues[ins.engine].append((_DMA, index, cost.transfer_cycles))
+                queues[ins.engine].append((_DMA, index, cost.transfer_cycles, deps[index]))
             elif isinstance(ins, isa.Signal | isa.Wait):
-                queues[ins.engine_id].append((_SIGNAL if isinstance(ins, isa.Signal) else _WAIT, index, ins.sem))
+                queues[ins.engine_id].append((_SIGNAL if isinstance(ins, isa.Signal) else _WAIT, index, ins.sem, ()))
             elif not isinstance(ins, isa.End):
                 if isinstance(ins, isa.MatMul | isa.Conv):
                     macs[ins.in_dtype] = macs.get(ins.in_dtype, 0) + ins.macs
-                queues[ins.engine].append((_COMPUTE, index, timing.compute_cycles(hw, ins)))
+                queues[ins.engine].append((_COMPUTE, index, timing.compute_cycles(hw, ins), deps[index]))
         static = {
             "dma_load_bytes": bytes_[0],
             "dma_store_bytes": bytes_[1],
@@ -177,9 +193,12 @@ class Simulator:
             "sram_high_water": high_water,
             "macs": {dt.name: n for dt, n in sorted(macs.items())},
             "instructions": len(program.instructions),
-            "lower_bound_cycles": timing.lower_bound_cycles(hw, macs, timing.compulsory_bytes(program.tensors)),
+            "lower_bound_cycles": timing.lower_bound_cycles(hw, macs, timing.compulsory_bytes(
+                program.tensors, (accesses[i][0] for i, ins in enumerate(program.instructions)
+                                  if isinstance(ins, isa.DmaLoad)))),
         }
-        return LoadedProgram(hw, program, tuple(tuple(q) for q in queues), static)
+        referee = hazards.Referee(program) if self.check_hazards else None
+        return LoadedProgram(hw, program, tuple(tuple(q) for q in queues), static, referee, tuple(accesses))
 
     # ------------------------------------------------------------------- run
     def run(
@@ -240,11 +259,13 @@ class Simulator:
         channel_free = 0
         active = [e for e in range(_N_ENGINES) if lengths[e]]
         index = 0
+        # completion time of every instruction started so far (hazard checking)
+        done = [hazards.NOT_DONE] * len(loaded.program.instructions)
         try:
             while active:
                 best, best_t = -1, 0
                 for e in active:
-                    kind, _, value = queues[e][pos[e]]
+                    kind, _, value, _ = queues[e][pos[e]]
                     t = free[e]
                     if kind == _WAIT:
                         signals = pending[value]
@@ -258,17 +279,25 @@ class Simulator:
                     raise DeadlockError(
                         [(queues[e][pos[e]][1], TRACKS[e], queues[e][pos[e]][2]) for e in active]
                     )
-                kind, index, value = queues[best][pos[best]]
+                kind, index, value, deps = queues[best][pos[best]]
                 if kind == _COMPUTE:
-                    end = best_t + value
+                    if deps:  # hazard candidates: each must have completed by now
+                        for i in deps:
+                            if done[i] > best_t:
+                                loaded.referee.refute(index, best_t, i, done)  # type: ignore[union-attr]
+                    end = done[index] = best_t + value
                     busy[best] += value
                     if executors is not None:
                         executors[index](sram, dram)
                 elif kind == _DMA:
+                    if deps:
+                        for i in deps:
+                            if done[i] > best_t:
+                                loaded.referee.refute(index, best_t, i, done)  # type: ignore[union-attr]
                     grant = best_t + latency
                     if channel_free > grant:
                         grant = channel_free
-                    end = channel_free = grant + value
+                    end = done[index] = channel_free = grant + value
                     busy[best] += end - best_t
                     busy[_N_ENGINES] += value
                     if executors is not None:

@@ -4,7 +4,8 @@ Each instruction becomes an :data:`Executor`, built once per loaded program and
 called as ``run(sram, dram)``: ``sram`` is the ``np.uint8`` buffer of exactly
 ``max_sram_bytes`` and ``dram`` the flat typed arrays of the program's tensors, in
 table order. Operands are typed strided views straight onto those buffers (no
-copies), so an instruction reads and writes exactly the bytes its fields name.
+copies), built from the record's :meth:`accesses`, so an instruction reads and writes
+exactly the bytes its operand descriptions name.
 Validation (:mod:`.validate`) has already guaranteed every view is in bounds.
 """
 
@@ -20,6 +21,7 @@ from tvm_npu.config import DType
 from . import isa
 
 Executor = Callable[[np.ndarray, list[np.ndarray]], None]
+Accesses = tuple[isa.Access, ...]
 # shape, dtype, byte offset, byte strides: the positional arguments of np.ndarray after the buffer
 _Operand = tuple[tuple[int, ...], np.dtype, int, tuple[int, ...]]
 
@@ -33,9 +35,11 @@ _I64 = np.dtype(np.int64)
 _WORK = {DType.INT8: _F64, DType.FP16: _F64, DType.FP32: _F64}
 
 
-def _operand(addr: int, shape: Sequence[int], strides: Sequence[int], dtype: DType) -> _Operand:
-    dt = dtype.np
-    return tuple(shape), dt, addr, tuple(s * dt.itemsize for s in strides)
+def _operand(acc: isa.Access) -> _Operand:
+    """The view of one operand: SRAM bases are bytes, DRAM bases elements of the tensor."""
+    dt = acc.dtype.np
+    offset = acc.base if acc.space == isa.Space.SRAM else acc.base * dt.itemsize
+    return acc.shape, dt, offset, tuple(s * dt.itemsize for s in acc.strides)
 
 
 def _store_acc(out: np.ndarray, product: np.ndarray, accumulate: bool) -> None:
@@ -51,10 +55,11 @@ def _store_acc(out: np.ndarray, product: np.ndarray, accumulate: bool) -> None:
         out[...] = product
 
 
-def _dma(ins: isa.DmaLoad | isa.DmaStore) -> Executor:
-    shape, dt, addr, sram_strides = _operand(ins.sram_addr, ins.shape, ins.sram_strides, ins.dtype)
-    _, _, offset, dram_strides = _operand(ins.dram_offset * dt.itemsize, ins.shape, ins.dram_strides, ins.dtype)
-    t = ins.tensor
+def _dma(ins: isa.DmaLoad | isa.DmaStore, accs: Accesses) -> Executor:
+    dram_acc, sram_acc = accs
+    shape, dt, addr, sram_strides = _operand(sram_acc)
+    _, _, offset, dram_strides = _operand(dram_acc)
+    t = dram_acc.tensor
     if isinstance(ins, isa.DmaLoad):
 
         def load(sram: np.ndarray, dram: list[np.ndarray]) -> None:
@@ -68,10 +73,8 @@ def _dma(ins: isa.DmaLoad | isa.DmaStore) -> Executor:
     return store
 
 
-def _matmul(ins: isa.MatMul) -> Executor:
-    a = _operand(ins.a_addr, (ins.m, ins.k), ins.a_strides, ins.in_dtype)
-    b = _operand(ins.b_addr, (ins.k, ins.n), ins.b_strides, ins.in_dtype)
-    c = _operand(ins.c_addr, (ins.m, ins.n), ins.c_strides, ins.acc_dtype)
+def _matmul(ins: isa.MatMul, accs: Accesses) -> Executor:
+    a, b, c = (_operand(acc) for acc in accs)
     work, accumulate = _WORK[ins.in_dtype], ins.accumulate
 
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
@@ -82,14 +85,12 @@ def _matmul(ins: isa.MatMul) -> Executor:
     return run
 
 
-def _conv(ins: isa.Conv) -> Executor:
+def _conv(ins: isa.Conv, accs: Accesses) -> Executor:
     """im2col over a zero-padded copy of the tile, then one batched matmul per group."""
     g = ins.groups
     cin_g, cout_g = ins.in_c // g, ins.out_c // g
-    x_op = _operand(ins.in_addr, (ins.in_c, ins.in_h, ins.in_w), ins.in_strides, ins.in_dtype)
+    x_op, w_op, o_op = (_operand(acc) for acc in accs)
     accumulate = ins.accumulate
-    w_op = _operand(ins.w_addr, (ins.out_c, cin_g, ins.kernel_h, ins.kernel_w), ins.w_strides, ins.in_dtype)
-    o_op = _operand(ins.out_addr, (ins.out_c, ins.out_h, ins.out_w), ins.out_strides, ins.acc_dtype)
     work = _WORK[ins.in_dtype]
     padded = (ins.in_c, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
     inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
@@ -123,10 +124,9 @@ _TRANSCENDENTAL: dict[isa.Opcode, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _vec(ins: isa._VecBase, src_dtype: DType, f: Callable[[np.ndarray, np.ndarray], object]) -> Executor:
-    """Executor calling ``f(src_view, dst_view)``; the destination has the instruction's dtype."""
-    s = _operand(ins.src_addr, ins.shape, ins.src_strides, src_dtype)
-    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, _dst_dtype(ins, src_dtype))
+def _vec(accs: Accesses, f: Callable[[np.ndarray, np.ndarray], object]) -> Executor:
+    """Executor calling ``f(src_view, dst_view)`` with the operand types of :meth:`isa._VecBase.types`."""
+    d, s = (_operand(acc) for acc in accs[:2])
 
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
         f(np.ndarray(s[0], s[1], sram, s[2], s[3]), np.ndarray(d[0], d[1], sram, d[2], d[3]))
@@ -134,18 +134,8 @@ def _vec(ins: isa._VecBase, src_dtype: DType, f: Callable[[np.ndarray, np.ndarra
     return run
 
 
-def _dst_dtype(ins: isa._VecBase, src_dtype: DType) -> DType:
-    if isinstance(ins, isa.VecRequant):
-        return DType.INT8
-    if isinstance(ins, isa.VecCast):
-        return ins.dst_dtype
-    return src_dtype
-
-
-def _vec_binary(ins: isa.VecBinary) -> Executor:
-    s = _operand(ins.src_addr, ins.shape, ins.src_strides, ins.dtype)
-    o = _operand(ins.other_addr, ins.shape, ins.other_strides, ins.dtype)
-    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, ins.dtype)
+def _vec_binary(ins: isa.VecBinary, accs: Accesses) -> Executor:
+    d, s, o = (_operand(acc) for acc in accs)
     ufunc = _BINARY[ins.op]
 
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
@@ -159,40 +149,36 @@ def _copy(x: np.ndarray, out: np.ndarray) -> None:
     out[...] = x
 
 
-def _vec_unary(ins: isa.VecUnary) -> Executor:
+def _vec_unary(ins: isa.VecUnary, accs: Accesses) -> Executor:
     if ins.op == isa.Opcode.VCOPY:
-        return _vec(ins, ins.dtype, _copy)
+        return _vec(accs, _copy)
     if ins.op == isa.Opcode.VRELU:
         zero = ins.dtype.np.type(0)
-        return _vec(ins, ins.dtype, lambda x, out: np.maximum(x, zero, out=out))
+        return _vec(accs, lambda x, out: np.maximum(x, zero, out=out))
     f = _TRANSCENDENTAL[ins.op]
 
     def transcendental(x: np.ndarray, out: np.ndarray) -> None:
         out[...] = f(x.astype(_F64))
 
-    return _vec(ins, ins.dtype, transcendental)
+    return _vec(accs, transcendental)
 
 
-def _vec_clip(ins: isa.VecClip) -> Executor:
+def _vec_clip(ins: isa.VecClip, accs: Accesses) -> Executor:
     lo, hi = ins.dtype.np.type(ins.lo), ins.dtype.np.type(ins.hi)
-    return _vec(ins, ins.dtype, lambda x, out: np.clip(x, lo, hi, out=out))
+    return _vec(accs, lambda x, out: np.clip(x, lo, hi, out=out))
 
 
-def _vec_scale(ins: isa.VecScale) -> Executor:
+def _vec_scale(ins: isa.VecScale, accs: Accesses) -> Executor:
     scale, shift = ins.scale, ins.shift
 
     def run(x: np.ndarray, out: np.ndarray) -> None:
         out[...] = x.astype(_F64) * scale + shift
 
-    return _vec(ins, ins.dtype, run)
+    return _vec(accs, run)
 
 
-def _vec_bias_add(ins: isa.VecBiasAdd) -> Executor:
-    # the bias as a 3-D view that broadcasts along the other two axes
-    shape = tuple(n if axis == ins.axis else 1 for axis, n in enumerate(ins.shape))
-    b = _operand(ins.bias_addr, shape, tuple(int(axis == ins.axis) for axis in range(3)), ins.dtype)
-    s = _operand(ins.src_addr, ins.shape, ins.src_strides, ins.dtype)
-    d = _operand(ins.dst_addr, ins.shape, ins.dst_strides, ins.dtype)
+def _vec_bias_add(ins: isa.VecBiasAdd, accs: Accesses) -> Executor:
+    d, s, b = (_operand(acc) for acc in accs)  # the bias broadcasts along the other two axes
 
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
         x = np.ndarray(s[0], s[1], sram, s[2], s[3])
@@ -201,7 +187,7 @@ def _vec_bias_add(ins: isa.VecBiasAdd) -> Executor:
     return run
 
 
-def _vec_requant(ins: isa.VecRequant) -> Executor:
+def _vec_requant(ins: isa.VecRequant, accs: Accesses) -> Executor:
     multiplier, shift, zero_point = ins.multiplier, ins.shift, ins.zero_point
     rounding = (1 << shift) >> 1
 
@@ -210,13 +196,13 @@ def _vec_requant(ins: isa.VecRequant) -> Executor:
         y += zero_point
         out[...] = np.clip(y, -128, 127)
 
-    return _vec(ins, DType.INT32, run)
+    return _vec(accs, run)
 
 
-def _vec_cast(ins: isa.VecCast) -> Executor:
+def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
     dst = ins.dst_dtype
     if dst.is_float:
-        return _vec(ins, ins.src_dtype, _copy)  # numpy rounds to nearest even, overflow gives inf
+        return _vec(accs, _copy)  # numpy rounds to nearest even, overflow gives inf
     info = np.iinfo(dst.np)
     lo, hi = int(info.min), int(info.max)
     if not ins.src_dtype.is_float:
@@ -224,20 +210,19 @@ def _vec_cast(ins: isa.VecCast) -> Executor:
         def int_to_int(x: np.ndarray, out: np.ndarray) -> None:
             out[...] = np.clip(x.astype(_I64), lo, hi)
 
-        return _vec(ins, ins.src_dtype, int_to_int)
+        return _vec(accs, int_to_int)
 
     def float_to_int(x: np.ndarray, out: np.ndarray) -> None:
         r = np.clip(np.rint(x.astype(_F64)), lo, hi)
         r[np.isnan(r)] = 0
         out[...] = r
 
-    return _vec(ins, ins.src_dtype, float_to_int)
+    return _vec(accs, float_to_int)
 
 
-def _pool(ins: isa.Pool) -> Executor:
+def _pool(ins: isa.Pool, accs: Accesses) -> Executor:
     """Reduce sliding windows over a padded copy of the tile (padding never wins a max)."""
-    x_op = _operand(ins.in_addr, (ins.channels, ins.in_h, ins.in_w), ins.in_strides, ins.dtype)
-    o_op = _operand(ins.out_addr, (ins.channels, ins.out_h, ins.out_w), ins.out_strides, ins.dtype)
+    x_op, o_op = (_operand(acc) for acc in accs)
     padded = (ins.channels, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
     inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
     is_max = ins.op == isa.Opcode.VMAXPOOL
@@ -291,7 +276,24 @@ _BUILDERS: dict[type, Callable[..., Executor]] = {
 }
 
 
-def executor(ins: isa.Instruction) -> Executor | None:
-    """The executor of one validated instruction (None for Signal, Wait and End)."""
+def executor(ins: isa.Instruction, accesses: Accesses | None = None) -> Executor | None:
+    """The executor of one validated instruction (None for Signal, Wait and End).
+
+    ``accesses`` are its :meth:`accesses`, if already known.
+    """
     build = _BUILDERS.get(type(ins))
-    return None if build is None else build(ins)
+    return None if build is None else build(ins, ins.accesses() if accesses is None else accesses)
+
+
+def executors(
+    instructions: Sequence[isa.Instruction], accesses: Sequence[Accesses]
+) -> tuple[Executor | None, ...]:
+    """Executors of a validated program; instructions sharing one accesses tuple (equal records) share one."""
+    built: dict[int, Executor | None] = {}
+    out = []
+    for ins, accs in zip(instructions, accesses, strict=True):
+        key = id(accs)
+        if key not in built:
+            built[key] = executor(ins, accs)
+        out.append(built[key])
+    return tuple(out)

@@ -23,7 +23,9 @@ BW = dram_bytes_per_cycle::
 
     lower_bound = max(sum over tensor instructions of MACs / peak_macs_per_cycle(dtype),
                       compulsory_bytes / BW)
-            compulsory_bytes = nbytes of every INPUT, OUTPUT and CONSTANT tensor.
+            compulsory_bytes = nbytes of every OUTPUT and CONSTANT tensor, plus the distinct
+            elements of each INPUT tensor that the program reads (an operator may need only
+            part of its input: a strided 1x1 convolution reads a quarter of it).
 
 The event loop that strings these costs together lives in :mod:`.machine`; the same
 formulas are documented in ``docs/architecture.md``.
@@ -144,15 +146,35 @@ def dram_bursts(
 
 def dma_cost(hw: HardwareConfig, instr: isa.DmaLoad | isa.DmaStore) -> DmaCost:
     """Bursts and channel cycles of one DMA descriptor (latency excluded: see :mod:`.machine`)."""
-    itemsize = instr.dtype.itemsize
-    bursts = dram_bursts(hw, instr.shape, instr.dram_strides, instr.dram_offset, itemsize)
+    return dram_cost(hw, instr.accesses()[0])
+
+
+def dram_cost(hw: HardwareConfig, dram: isa.Access) -> DmaCost:
+    """:func:`dma_cost` of the descriptor whose DRAM side is ``dram``."""
+    itemsize = dram.dtype.itemsize
+    bursts = dram_bursts(hw, dram.shape, dram.strides, dram.base, itemsize)
     moved = bursts * hw.dram_burst_bytes
-    return DmaCost(instr.nelems * itemsize, bursts, _ceil_div(moved, hw.dram_bytes_per_cycle), hw.dram_burst_bytes)
+    return DmaCost(dram.nelems * itemsize, bursts, _ceil_div(moved, hw.dram_bytes_per_cycle), hw.dram_burst_bytes)
 
 
-def compulsory_bytes(tensors: Iterable[isa.TensorDecl]) -> int:
-    """Bytes that must cross DRAM at least once: every tensor except SCRATCH."""
-    return sum(t.nbytes for t in tensors if t.kind != isa.TensorKind.SCRATCH)
+def compulsory_bytes(tensors: Sequence[isa.TensorDecl], reads: Iterable[isa.Access]) -> int:
+    """Bytes that must cross DRAM at least once: every OUTPUT and CONSTANT tensor whole, and
+    of every INPUT tensor each element that ``reads`` (the DRAM sides of the loads) reach.
+
+    SCRATCH tensors never need to (they could stay on chip). Each input element counts once,
+    however often it is loaded, so no program can move fewer bytes than this.
+    """
+    hit = {i: np.zeros(t.size, dtype=bool) for i, t in enumerate(tensors) if t.kind == isa.TensorKind.INPUT}
+    for a in reads:
+        mask = hit.get(a.tensor)
+        if mask is not None:
+            idx = np.array(a.base, dtype=np.int64)
+            for n, stride in zip(a.shape, a.strides, strict=True):
+                idx = np.add.outer(idx, np.arange(n, dtype=np.int64) * stride)
+            mask[idx.ravel()] = True
+    read = sum(int(m.sum()) * tensors[i].dtype.itemsize for i, m in hit.items())
+    whole = sum(t.nbytes for t in tensors if t.kind in (isa.TensorKind.OUTPUT, isa.TensorKind.CONSTANT))
+    return read + whole
 
 
 def lower_bound_cycles(hw: HardwareConfig, macs: dict[DType, int], dram_bytes: int) -> float:

@@ -51,11 +51,6 @@ def distinct_elements(shape: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
-def _span(shape: Sequence[int], strides: Sequence[int]) -> int:
-    """Offset of the last element reached (strides are non-negative here)."""
-    return sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-
-
 class _Checker:
     """Checks one instruction; remembers the highest SRAM byte any operand touches."""
 
@@ -67,6 +62,7 @@ class _Checker:
         self.index = 0
         self.op = ""
         self.high_water = 0
+        self.accesses: tuple[isa.Access, ...] | None = None  # of the instruction being checked
 
     def fail(self, field: str, rule: str) -> NoReturn:
         raise InstructionError(self.index, self.op, field, rule)
@@ -89,33 +85,35 @@ class _Checker:
         if dtype not in _TENSOR_DTYPES:
             self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, FP16, FP32")
 
-    def sram(
-        self,
-        addr_field: str,
-        strides_field: str,
-        addr: int,
-        shape: Sequence[int],
-        strides: Sequence[int],
-        dtype: DType,
-        distinct: bool,
-    ) -> None:
-        """Bounds, alignment and (for ``distinct``) overlap of one SRAM operand."""
-        key = (addr, tuple(shape), tuple(strides), dtype, distinct)
+    def describe(self, ins: isa.Instruction) -> tuple[isa.Access, ...]:
+        """The record's :meth:`accesses`, once its own fields have been checked (dtypes, axis, groups)."""
+        self.accesses = ins.accesses()
+        return self.accesses
+
+    def operands(self, ins: isa.Instruction) -> None:
+        """Bounds, alignment and overlap of every SRAM operand, from the record's own :meth:`accesses`."""
+        for acc in self.describe(ins):
+            if acc.space == isa.Space.SRAM:
+                self.sram(acc)
+
+    def sram(self, acc: isa.Access) -> None:
+        """Bounds, alignment and (for ``distinct`` operands) overlap of one SRAM operand."""
+        key = (acc.base, acc.shape, acc.strides, acc.dtype, acc.distinct)
         if key in self.valid_operands:
             return
-        if any(s < 0 for s in strides):
-            self.fail(strides_field, f"must be non-negative, got {tuple(strides)}")
-        size = dtype.itemsize
+        if any(s < 0 for s in acc.strides):
+            self.fail(acc.strides_field, f"must be non-negative, got {acc.strides}")
+        addr, size = acc.base, acc.dtype.itemsize
         if addr % size:
-            self.fail(addr_field, f"SRAM address {addr} is misaligned: must be a multiple of {size} ({dtype.name})")
-        end = addr + (_span(shape, strides) + 1) * size
+            self.fail(acc.field, f"SRAM address {addr} is misaligned: must be a multiple of {size} ({acc.dtype.name})")
+        end = acc.extent[1]
         if addr < 0 or end > self.hw.max_sram_bytes:
             self.fail(
-                addr_field,
+                acc.field,
                 f"SRAM access out of bounds: bytes [{addr}, {end}) outside [0, {self.hw.max_sram_bytes})",
             )
-        if distinct and not distinct_elements(shape, strides):
-            self.fail(strides_field, f"elements must be distinct (no zero or overlapping strides): {tuple(strides)}")
+        if acc.distinct and not distinct_elements(acc.shape, acc.strides):
+            self.fail(acc.strides_field, f"elements must be distinct (no zero or overlapping strides): {acc.strides}")
         self.high_water = max(self.high_water, end)
         self.valid_operands.add(key)
 
@@ -131,30 +129,28 @@ class _Checker:
             )
         self.positive(ins, "shape")
         self.nonnegative(ins, "dram_offset", "dram_strides")
-        last = ins.dram_offset + _span(ins.shape, ins.dram_strides)
+        dram, sram = self.describe(ins)
+        first, last = dram.base, dram.extent[1] - 1
         if last >= self.sizes[ins.tensor]:
             self.fail(
-                "dram_offset",
-                f"DRAM access out of bounds: elements [{ins.dram_offset}, {last}] of tensor {decl.name!r} "
+                dram.field,
+                f"DRAM access out of bounds: elements [{first}, {last}] of tensor {decl.name!r} "
                 f"which has {self.sizes[ins.tensor]}",
             )
-        store = isinstance(ins, isa.DmaStore)
-        if store:
+        if dram.write:
             if decl.kind not in (isa.TensorKind.OUTPUT, isa.TensorKind.SCRATCH):
                 self.fail(
                     "tensor",
                     f"DmaStore writes only OUTPUT or SCRATCH tensors; {decl.name!r} is {decl.kind.name}",
                 )
-            if not distinct_elements(ins.shape, ins.dram_strides):
-                self.fail("dram_strides", f"destination elements must be distinct, got {ins.dram_strides}")
-        self.sram("sram_addr", "sram_strides", ins.sram_addr, ins.shape, ins.sram_strides, ins.dtype, True)
+            if dram.distinct and not distinct_elements(dram.shape, dram.strides):
+                self.fail(dram.strides_field, f"destination elements must be distinct, got {dram.strides}")
+        self.sram(sram)
 
     def matmul(self, ins: isa.MatMul) -> None:
         self.tensor_dtype("in_dtype", ins.in_dtype)
         self.positive(ins, "m", "n", "k")
-        self.sram("a_addr", "a_strides", ins.a_addr, (ins.m, ins.k), ins.a_strides, ins.in_dtype, True)
-        self.sram("b_addr", "b_strides", ins.b_addr, (ins.k, ins.n), ins.b_strides, ins.in_dtype, True)
-        self.sram("c_addr", "c_strides", ins.c_addr, (ins.m, ins.n), ins.c_strides, ins.acc_dtype, True)
+        self.operands(ins)
 
     def conv(self, ins: isa.Conv) -> None:
         self.tensor_dtype("in_dtype", ins.in_dtype)
@@ -175,12 +171,7 @@ class _Checker:
                 if getattr(ins, pad) > extent:
                     self.fail(pad, f"padding {getattr(ins, pad)} exceeds the dilated kernel extent - 1 = {extent}")
             self._window(ins, axis, extent + 1)
-        self.sram("in_addr", "in_strides", ins.in_addr, (ins.in_c, ins.in_h, ins.in_w), ins.in_strides,
-                  ins.in_dtype, True)  # fmt: skip
-        w_shape = (ins.out_c, ins.in_c // ins.groups, ins.kernel_h, ins.kernel_w)
-        self.sram("w_addr", "w_strides", ins.w_addr, w_shape, ins.w_strides, ins.in_dtype, True)
-        self.sram("out_addr", "out_strides", ins.out_addr, (ins.out_c, ins.out_h, ins.out_w), ins.out_strides,
-                  ins.acc_dtype, True)  # fmt: skip
+        self.operands(ins)
 
     def _window(self, ins: isa.Conv | isa.Pool, axis: str, window: int) -> None:
         """The last output's window must end inside the padded input."""
@@ -196,21 +187,19 @@ class _Checker:
                 f"the last output's window ends at padded {axis} {end}, beyond pad + in_{axis} + pad = {size}",
             )
 
-    def vec_base(self, ins: isa._VecBase, src: DType, dst: DType) -> None:
+    def vec_base(self, ins: isa._VecBase) -> None:
         self.positive(ins, "shape")
-        self.sram("dst_addr", "dst_strides", ins.dst_addr, ins.shape, ins.dst_strides, dst, True)
-        self.sram("src_addr", "src_strides", ins.src_addr, ins.shape, ins.src_strides, src, False)
+        self.operands(ins)
 
     def vec_binary(self, ins: isa.VecBinary) -> None:
         self.op_in(ins, isa.VecBinary.OPS)
-        self.vec_base(ins, ins.dtype, ins.dtype)
-        self.sram("other_addr", "other_strides", ins.other_addr, ins.shape, ins.other_strides, ins.dtype, False)
+        self.vec_base(ins)
 
     def vec_unary(self, ins: isa.VecUnary) -> None:
         self.op_in(ins, isa.VecUnary.OPS)
         if ins.op in isa.VecUnary.TRANSCENDENTAL and not ins.dtype.is_float:
             self.fail("dtype", f"{ins.op.name} needs a float dtype (FP16, FP32), got {ins.dtype.name}")
-        self.vec_base(ins, ins.dtype, ins.dtype)
+        self.vec_base(ins)
 
     def vec_clip(self, ins: isa.VecClip) -> None:
         for name in ("lo", "hi"):
@@ -225,7 +214,7 @@ class _Checker:
                     self.fail(name, f"{value} is outside the {ins.dtype.name} range [{lo}, {hi}]")
         if ins.lo > ins.hi:
             self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
-        self.vec_base(ins, ins.dtype, ins.dtype)
+        self.vec_base(ins)
 
     def vec_scale(self, ins: isa.VecScale) -> None:
         if not ins.dtype.is_float:
@@ -233,13 +222,12 @@ class _Checker:
         for name in ("scale", "shift"):
             if not math.isfinite(getattr(ins, name)):
                 self.fail(name, f"must be finite, got {getattr(ins, name)}")
-        self.vec_base(ins, ins.dtype, ins.dtype)
+        self.vec_base(ins)
 
     def vec_bias_add(self, ins: isa.VecBiasAdd) -> None:
         if ins.axis not in (0, 1, 2):
             self.fail("axis", f"must be 0, 1 or 2, got {ins.axis}")
-        self.vec_base(ins, ins.dtype, ins.dtype)
-        self.sram("bias_addr", "axis", ins.bias_addr, (ins.shape[ins.axis],), (1,), ins.dtype, False)
+        self.vec_base(ins)
 
     def vec_requant(self, ins: isa.VecRequant) -> None:
         if not 0 <= ins.shift <= MAX_REQUANT_SHIFT:
@@ -247,10 +235,10 @@ class _Checker:
         lo, hi = _INT_RANGE[DType.INT8]
         if not lo <= ins.zero_point <= hi:
             self.fail("zero_point", f"must be in the INT8 range [{lo}, {hi}], got {ins.zero_point}")
-        self.vec_base(ins, DType.INT32, DType.INT8)
+        self.vec_base(ins)
 
     def vec_cast(self, ins: isa.VecCast) -> None:
-        self.vec_base(ins, ins.src_dtype, ins.dst_dtype)
+        self.vec_base(ins)
 
     def pool(self, ins: isa.Pool) -> None:
         self.op_in(ins, isa.Pool.OPS)
@@ -262,10 +250,7 @@ class _Checker:
                     self.fail(pad, f"padding {getattr(ins, pad)} must be smaller than the kernel ({kernel})")
         self._window(ins, "h", ins.kernel_h)
         self._window(ins, "w", ins.kernel_w)
-        self.sram("in_addr", "in_strides", ins.in_addr, (ins.channels, ins.in_h, ins.in_w), ins.in_strides,
-                  ins.dtype, True)  # fmt: skip
-        self.sram("out_addr", "out_strides", ins.out_addr, (ins.channels, ins.out_h, ins.out_w), ins.out_strides,
-                  ins.dtype, True)  # fmt: skip
+        self.operands(ins)
 
     def sync(self, ins: isa.Signal | isa.Wait) -> None:
         if not 0 <= ins.sem < self.hw.num_semaphores:
@@ -353,6 +338,13 @@ def _check_tensors(program: isa.Program) -> None:
 
 def validate(hw: HardwareConfig, program: isa.Program, *, check_types: bool = True) -> int:
     """Check every rule of the ISA for ``hw``; return the SRAM high-water mark in bytes."""
+    return validate_accesses(hw, program, check_types=check_types)[0]
+
+
+def validate_accesses(
+    hw: HardwareConfig, program: isa.Program, *, check_types: bool = True
+) -> tuple[int, list[tuple[isa.Access, ...]]]:
+    """:func:`validate`, also returning every instruction's :meth:`accesses` (equal records share one tuple)."""
     if program.config_hash != hw.config_hash:
         raise ConfigMismatchError(
             f"program was compiled for hardware configuration 0x{program.config_hash:016x}, this simulator is "
@@ -364,19 +356,27 @@ def validate(hw: HardwareConfig, program: isa.Program, *, check_types: bool = Tr
         raise InstructionError(0, "END", "opcode", "a program must end with exactly one END; it is empty")
     checker = _Checker(hw, program)
     last = len(instrs) - 1
-    valid: set[isa.Instruction] = set()  # equal records pass or fail alike: check each once
+    # equal records pass or fail alike: check each once (and describe its operands once)
+    valid: dict[isa.Instruction, tuple[isa.Access, ...]] = {}
+    accesses: list[tuple[isa.Access, ...]] = []
     for index, instr in enumerate(instrs):
         if check_types:
             _check_types(index, instr)
-        if instr in valid:
+        known = valid.get(instr)
+        if known is not None:
+            accesses.append(known)
             continue
         checker.index, checker.op = index, instr.opcode.name
         if isinstance(instr, isa.End):
             if index != last:
                 checker.fail("opcode", f"END must be the last instruction (#{last}) and appear once")
+            accesses.append(())
             continue
         if index == last:
             checker.fail("opcode", "the last instruction must be END")
+        checker.accesses = None
         _CHECKS[type(instr)](checker, instr)
-        valid.add(instr)
-    return checker.high_water
+        accs = checker.accesses if checker.accesses is not None else instr.accesses()
+        valid[instr] = accs
+        accesses.append(accs)
+    return checker.high_water, accesses
