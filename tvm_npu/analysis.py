@@ -126,16 +126,22 @@ def layer_bound(hw: HardwareConfig, layer: LayerInfo) -> tuple[float, float, flo
     return max(compute, dram), compute, dram
 
 
-def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int) -> list[int]:
+def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int,
+              floors: Sequence[float] | None = None) -> list[int]:
     """Cycles charged to each layer of a run: the rule the report states.
 
     ``spans[k]`` are the (start, end) intervals in which layer ``k`` has an instruction
     working (an engine busy with it; waiting on a semaphore is not work). Every cycle in
     which layers work is split equally among them, so no layer is charged for a cycle in
-    which only others work (a layer's loads that overlap the previous layer's compute
-    share that time). A cycle in which no layer works (pipeline bubbles) is charged to the
-    layer that works next (to the last layer at the very end). The charges are rounded to
-    whole cycles by largest remainder: they add up to ``total`` exactly.
+    which only others work. A cycle in which no layer works (pipeline bubbles) is charged
+    to the layer that works next (to the last layer at the very end).
+
+    Layers that overlap can each need the shared cycles whole (one loads on the DRAM
+    channel while the other computes on the array): where a layer's equal share falls
+    below ``floors[k]`` (its lower bound), cycles that it worked together with a layer
+    charged above that layer's own floor move to it, so no layer is reported faster than
+    its bound while another has time to spare. The charges are rounded to whole cycles by
+    largest remainder: they add up to ``total`` exactly.
     """
     points = sorted({0, total, *(t for sp in spans for iv in sp for t in iv)})
     edges: list[tuple[int, int, int]] = []  # (time, +1 start / -1 end, layer)
@@ -145,6 +151,7 @@ def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int) -> list[in
                 edges += [(a, 1, k), (b, -1, k)]
     edges.sort(key=lambda e: (e[0], e[1]))
     share = [0.0] * len(spans)
+    shared: dict[tuple[int, int], float] = {}  # (j, k): cycles charged to j while k also worked
     active: dict[int, int] = {}
     pending = 0.0  # idle cycles waiting for the next layer that works
     prev = 0
@@ -152,8 +159,12 @@ def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int) -> list[in
     for t in points:
         if t > prev:
             if active:
+                part = (t - prev) / len(active)
                 for k in active:
-                    share[k] += (t - prev) / len(active)
+                    share[k] += part
+                    for other in active:
+                        if other != k:
+                            shared[k, other] = shared.get((k, other), 0.0) + part
             else:
                 pending += t - prev
         while ei < len(edges) and edges[ei][0] == t:
@@ -171,7 +182,13 @@ def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int) -> list[in
         prev = t
     if spans:
         share[-1] += pending
-    whole = [math.floor(x) for x in share]
+    if floors is not None:
+        need = [math.ceil(f) for f in floors]
+        for (j, k), cycles in sorted(shared.items()):
+            move = min(cycles, max(0.0, need[k] - share[k]), max(0.0, share[j] - need[j]))
+            share[j] -= move
+            share[k] += move
+    whole = [math.floor(x + 1e-9) for x in share]
     rest = total - sum(whole)
     for k in sorted(range(len(share)), key=lambda k: whole[k] - share[k])[:max(rest, 0)]:
         whole[k] += 1
@@ -211,9 +228,9 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
                 wasted += cost.wasted_bytes
         spans.append(working)
         figures.append((layer, busy, moved, wasted))
-    charged = attribute(spans, run.stats.total_cycles)
-    for (layer, busy, moved, wasted), cycles in zip(figures, charged, strict=True):
-        bound, _, _ = layer_bound(hw, layer)
+    bounds = [layer_bound(hw, layer)[0] for layer in run.artifact.layers]
+    charged = attribute(spans, run.stats.total_cycles, bounds)
+    for (layer, busy, moved, wasted), cycles, bound in zip(figures, charged, bounds, strict=True):
         load = {"tensor": busy["tensor"], "vector": busy["vector"], "dma": busy["DRAM"]}
         yield LayerReport(
             partition=run.symbol, name=layer.name, op=layer.op, description=layer.description,
