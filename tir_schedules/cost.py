@@ -328,7 +328,9 @@ def tile_extents(total: int, quantum: int, opts: CompilerOptions, limit: int = 1
         cands.add(q)
         q *= 2
     lo, hi = opts.tile_min, opts.tile_max
-    return sorted(x for x in cands if x <= total and (lo <= x <= hi or x == total < lo))
+    out = sorted(x for x in cands if x <= total and (lo <= x <= hi or x == total < lo))
+    # -tile-max below the array size leaves no multiple of it: the user's limit wins
+    return out or [min(total, hi)]
 
 
 def sum_ceil(total: int, tile: int, q: int, mult: int = 1) -> int:

@@ -68,16 +68,15 @@ def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget,
     hw, opts = target.hw, target.options
     live = [r.addr for r in resident if r.live_at(k)]
     limit = min(live, default=hw.max_sram_bytes)
-    plan_hw = replace(hw, max_sram_bytes=limit) if limit != hw.max_sram_bytes else hw
     tile = tiles.get(spec_key(op.spec))
-    if tile is None or planner.footprint(op.spec, tile, plan_hw) > limit:
+    if tile is None or planner.footprint(op.spec, tile, hw) > limit:
         try:
-            tile = planner.choose(op.spec, plan_hw, opts)
+            tile = planner.choose(op.spec, hw, opts, limit)
         except planner.NoTileFits:
             if live:
                 raise _Tight(k) from None
             raise
-    est = planner.estimate(op.spec, tile, plan_hw)
+    est = planner.estimate(op.spec, tile, hw)
     return OpPlan(op.spec, tile, op.fused, limit, est.cycles, est.sram_bytes)
 
 

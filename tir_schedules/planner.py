@@ -57,33 +57,36 @@ def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[
     return [t for t in out if kind.admits(spec, t)]
 
 
-def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[tuple[TileParams, int]]:
-    """Candidates whose footprint fits ``-max-sram-bytes``, with their footprints.
+def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions,
+          budget: int | None = None) -> list[tuple[TileParams, int]]:
+    """Candidates whose footprint fits ``budget`` (default ``-max-sram-bytes``), with their footprints.
 
     Where the kind prefers whole output rows (the longest DRAM runs, no column halo),
     narrower tiles are only considered when no whole-row tile fits.
     """
     kind = kind_of(spec)
-    budget = hw.max_sram_bytes
+    budget = hw.max_sram_bytes if budget is None else budget
     fitting = [(t, fp) for t in candidates(spec, hw, opts) if (fp := kind.footprint(spec, t, hw)) <= budget]
     whole = [(t, fp) for t, fp in fitting if kind.whole_rows(spec, t)]
     return whole or fitting
 
 
-def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
-    """The cheapest legal tile by the cost model; raises :class:`NoTileFits` if none fits.
+def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int | None = None) -> TileParams:
+    """The cheapest legal tile by the cost model within ``budget`` SRAM bytes (default
+    ``-max-sram-bytes``; less when a plan reserves regions); :class:`NoTileFits` if none fits.
 
     Identical operators (same :func:`~tvm_npu.ops.spec_key`, e.g. repeated ResNet blocks)
     are searched once per process.
     """
-    key = (spec_key(spec), hw, opts)
+    budget = hw.max_sram_bytes if budget is None else budget
+    key = (spec_key(spec), hw, opts, budget)
     if key not in _CHOICES:
-        _CHOICES[key] = _search(spec, hw, opts)
+        _CHOICES[key] = _search(spec, hw, opts, budget)
     return _CHOICES[key]
 
 
 #: Memo of :func:`choose` (the search is a pure function of the key).
-_CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions], TileParams] = {}
+_CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions, int], TileParams] = {}
 
 
 #: How many of the best candidates by each closed-form ranking the flow model re-estimates.
@@ -121,7 +124,7 @@ def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
     return units * per_unit + kind.outer_count(spec, tile) * stationary + unit.engine
 
 
-def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TileParams:
+def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int) -> TileParams:
     """The search itself.
 
     Every legal tile is ranked twice in closed form, by :func:`quick_estimate` (speed)
@@ -130,11 +133,12 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> TilePara
     ``TRAFFIC_SLACK`` of its cycles that moves fewer DRAM bytes is preferred: DRAM
     traffic costs energy and the bandwidth other operators could use.
     """
-    ok = legal(spec, hw, opts)
+    ok = legal(spec, hw, opts, budget)
     if not ok:
+        reserved = f" ({budget} bytes left below on-chip intermediates)" if budget < hw.max_sram_bytes else ""
         raise NoTileFits(
             f"{spec.name}: no tile of this {kind_of(spec).name} fits "
-            f"-max-sram-bytes={hw.max_sram_bytes} with -pipeline-stages={opts.pipeline_stages} "
+            f"-max-sram-bytes={hw.max_sram_bytes}{reserved} with -pipeline-stages={opts.pipeline_stages} "
             f"(tile extents {opts.tile_min}..{opts.tile_max})"
         )
     short = _shortlist(spec, hw, ok)
@@ -172,6 +176,8 @@ def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
     """
     kind = kind_of(spec)
     axes = kind.axes(spec, hw, opts)
+    if not all(axes.values()):  # an axis with no extent within -tile-min/-tile-max
+        return False
     smallest = {k: v[0] for k, v in axes.items()}
     orders = [{"order": o} for o in Order] if "order" in axes else [{}]
     return any(kind.footprint(spec, kind.tile_type(**{**smallest, **o}), hw) <= hw.max_sram_bytes for o in orders)

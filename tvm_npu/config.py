@@ -84,7 +84,8 @@ class HardwareConfig:
     dram_bytes_per_cycle: int = _field(16, 1, 4096, "DRAM bandwidth shared by loads and stores")
     dma_latency: int = _field(100, 0, 1_000_000, "fixed cycles every DMA descriptor pays")
     dram_burst_bytes: int = _field(64, 1, 4096, "DRAM burst size; partial bursts waste the rest", pow2=True)
-    num_semaphores: int = _field(64, 2, 4096, "counting semaphores between engines")
+    num_semaphores: int = _field(64, 12, 4096, "counting semaphores between engines (the compiler's "
+                                 "synchronisation uses one per ordered pair of the 4 engines: at least 12)")
     fp32_mac_slowdown: int = _field(4, 1, 64, "an fp32 MAC takes this many int8/fp16 MAC slots")
     tensor_issue_cycles: int = _field(32, 0, 100_000, "fixed cycles per tensor instruction (array fill/drain)")
     vector_issue_cycles: int = _field(8, 0, 100_000, "fixed cycles per vector instruction")
