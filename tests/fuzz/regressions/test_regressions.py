@@ -1,0 +1,170 @@
+"""Minimal graphs of the bugs the differential fuzzer found, rebuilt with ``GraphBuilder`` (``onnx.helper``).
+
+Each test runs its graph through the fuzzer's oracle (NPU build against llvm and onnxruntime) and
+must not fail. A bug not fixed yet is marked ``xfail(strict=True)`` with its diagnosis, so the test
+turns red (XPASS) the day it is fixed: then drop the mark and its entry in ``known_bugs.py``.
+
+The same graphs are saved next to this file as ``<name>.onnx`` (a few hundred bytes each; rewrite
+them with ``python tests/fuzz/regressions/test_regressions.py``); a test keeps the files in sync.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import pytest
+
+import tvm_npu
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from graphs import GraphBuilder
+from known_bugs import KNOWN_BUGS
+from oracle import run_case
+
+HERE = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------------------ the graphs
+def max_with_constant() -> onnx.ModelProto:
+    """One ONNX Max of a tensor and a constant (TVM imports it as max(stack(...), axis=0))."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 2, 3, 3))
+    b.binary_const(x0, "Max", shape=(1,), const_first=False)
+    return b.model()
+
+
+def conv_then_min() -> onnx.ModelProto:
+    """A strided 1x1 conv (the auto layout vote picks NHWC for it) followed by a per-channel Min."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 16, 4, 4))
+    t0 = b.conv(x0, out_channels=8, kernel=(1, 1), strides=(2, 2), dilations=(1, 1), pads=(0, 0, 0, 0),
+                group=1, bias=True, batchnorm=False)
+    b.binary_const(t0, "Min", shape=(8, 1, 1), const_first=False)
+    return b.model()
+
+
+def x_minus_x() -> onnx.ModelProto:
+    """Sub(x, x) on the graph input."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 4))
+    b.binary(x0, x0, "Sub")
+    return b.model()
+
+
+def conv_3_to_1() -> onnx.ModelProto:
+    """A 1x1 conv from 3 channels to 1 (a reduction axis of 3: not a multiple of the 16-row array)."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 3, 1, 1))
+    b.conv(x0, out_channels=1, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
+           bias=False, batchnorm=False)
+    return b.model()
+
+
+def tiny_matmul() -> onnx.ModelProto:
+    """MatMul of a (1, 1) input by a (1, 1) constant."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 1))
+    b.matmul_const(x0, out_features=1, bias=False)
+    return b.model()
+
+
+def two_convs() -> onnx.ModelProto:
+    """Two 1x1 convs in a chain (-fusion=2 keeps the intermediate in an on-chip region)."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 1, 1, 1))
+    t0 = b.conv(x0, out_channels=1, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
+                bias=False, batchnorm=False)
+    b.conv(t0, out_channels=1, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
+           bias=False, batchnorm=False)
+    return b.model()
+
+
+#: name -> (graph, target); the name is also the file name of the saved model
+GRAPHS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
+    "max_with_constant_nchw": (max_with_constant, "npu -layout-pref=NCHW"),
+    "conv_then_min_auto": (conv_then_min, "npu"),
+    "x_minus_x": (x_minus_x, "npu"),
+    "conv_3_to_1_tile_max_2": (conv_3_to_1, "npu -tile-max=2"),
+    "tiny_matmul_2_semaphores": (tiny_matmul, "npu -num-semaphores=2"),
+    "two_convs_fusion2_sram4096": (two_convs, "npu -fusion=2 -max-sram-bytes=4096"),
+}
+
+_BUGS = {bug.id: bug for bug in KNOWN_BUGS}
+
+
+def _xfail(bug_id: str, reason: str) -> pytest.MarkDecorator:
+    """The mark of a regression test whose bug is not fixed yet (``bug_id`` is in ``known_bugs.py``)."""
+    assert bug_id in _BUGS, bug_id
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def _check(name: str) -> None:
+    build, target = GRAPHS[name]
+    outcome = run_case(build(), target, seed=0, timeout=300)
+    assert outcome.ok, f"{name} with {target!r}:\n{outcome.report()}"
+
+
+# ------------------------------------------------------------------------------------ the tests
+# Found by the fuzzer and fixed in f51b0e5 (relay_patterns/canonicalize.py turns max/min of a stack
+# into maximum/minimum chains; tir_schedules/elementwise.py keeps an operand buffer for x op x).
+def test_max_min_with_a_layout_conversion() -> None:
+    """Was: relay_patterns/layout.py:_convert ran TVM's ConvertLayout over the max/min-of-stack that ONNX
+    Max/Min import as (-layout-pref=NCHW/NHWC, or an auto vote for NHWC) and TVM raised InternalError
+    'Invalid SLayout: can't find S in source layout ABCDE'."""
+    for name in ("max_with_constant_nchw", "conv_then_min_auto"):
+        _check(name)
+
+
+def test_x_minus_x() -> None:
+    """Was: Sub(x, x) went to the NPU as an elementwise op with a repeated operand; its TE body x - x
+    folded to 0, the block read nothing and Elementwise.schedule's cache_read raised ScheduleError."""
+    _check("x_minus_x")
+
+
+# Found with documented target options beyond the brief's list (benchmarks/fuzz.py --extended-targets),
+# fixed in c22dbb6.
+def test_tile_max_below_an_axis() -> None:
+    """Was: tir_schedules/cost.py:tile_extents left an axis longer than -tile-max with no candidate (the
+    whole axis and multiples of the array size only) and planner.fits took v[0]: IndexError."""
+    _check("conv_3_to_1_tile_max_2")
+
+
+def test_fewer_than_twelve_semaphores() -> None:
+    """Was: config.py accepted -num-semaphores=2..11, partitioning put operators on the NPU, then
+    codegen/sync.py:insert_semaphores (one semaphore per ordered engine pair: 12) raised a ValueError.
+    Now such a target is refused when parsed, naming the key (the documented error for a bad value)."""
+    _, target = GRAPHS["tiny_matmul_2_semaphores"]
+    try:
+        tvm_npu.parse_target(target)
+    except ValueError as e:
+        assert "-num-semaphores" in str(e)
+        return
+    _check("tiny_matmul_2_semaphores")
+
+
+def test_fusion2_on_the_smallest_sram() -> None:
+    """Was: tir_schedules/plan.py:_plan_op planned an operator below the on-chip regions of -fusion=2 with
+    replace(hw, max_sram_bytes=limit), and HardwareConfig refused limit < 4096: ValueError
+    '-max-sram-bytes=4032 is out of range' for a target with -max-sram-bytes=4096."""
+    _check("two_convs_fusion2_sram4096")
+
+
+def test_saved_models_are_the_graphs() -> None:
+    for name, (build, _) in GRAPHS.items():
+        saved = onnx.load(str(HERE / f"{name}.onnx"))
+        assert saved.SerializeToString() == build().SerializeToString(), f"{name}.onnx is stale: rewrite it"
+
+
+def test_every_known_bug_has_a_regression_test() -> None:
+    tests = {name for name in globals() if name.startswith("test_")}
+    assert {bug.regression_test for bug in KNOWN_BUGS} <= tests
+
+
+if __name__ == "__main__":
+    for name, (build, _) in GRAPHS.items():
+        onnx.save(build(), str(HERE / f"{name}.onnx"))
+        print(f"wrote {HERE / name}.onnx")
