@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 from tvm import relax
 
+from tvm_npu.ops import TensorRef
 from tvm_npu.plan import GraphOp, PartitionGraph
 
 from .extract import extract_op, tensor_type
@@ -29,8 +30,6 @@ def _safe(name: str) -> str:
 
 def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
     """The operators, DRAM inputs/outputs and constants of one NPU partition function."""
-    from tvm_npu.ops import TensorRef
-
     names: dict[relax.Var, str] = {}
     inputs = []
     for i, p in enumerate(func.params):

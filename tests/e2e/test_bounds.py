@@ -10,6 +10,8 @@ needs, or counted a tensor twice. The same check over the benchmark models runs 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from helpers import conv, eltwise, pool
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +25,7 @@ from tvm_npu.tir_schedules.plan import plan_partition
 from tvm_npu.analysis import report
 from tvm_npu.artifact import Artifact
 from tvm_npu.config import CompilerOptions, HardwareConfig, NpuTarget, parse_target
-from tvm_npu.ops import Conv2dSpec, EpiKind, Epilogue, OpSpec, TensorRef
+from tvm_npu.ops import EpiKind, Epilogue, OpSpec, TensorRef
 from tvm_npu.plan import GraphOp, OpPlan, PartitionGraph, PartitionPlan
 from tvm_npu.runtime import PartitionRun, Profile
 
@@ -111,12 +113,7 @@ def test_chains_with_on_chip_intermediates_do_not_beat_their_bounds(c: int, h: i
 
 def _reading(spec: OpSpec, data: TensorRef) -> OpSpec:
     """``spec`` with its data input replaced by ``data`` (and its output renamed apart)."""
-    from dataclasses import replace
-
-    out = replace(spec.out, name="y2")
-    if isinstance(spec, Conv2dSpec):
-        return replace(spec, data=data, out=out)
-    return replace(spec, data=data, out=out)
+    return replace(spec, data=data, out=replace(spec.out, name="y2"))
 
 
 BENCHMARK_TARGETS = ("npu", "npu -max-sram-bytes=262144", "npu -fusion=0", "npu -fusion=2",
