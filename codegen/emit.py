@@ -350,7 +350,8 @@ class OperatorEmitter:
             self._sram_addr(w.acc, w_off), (w.stride("O"), w.stride("I"), w.stride("H"), w.stride("W")),
             self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), oc * groups, out_h, out_w,
             spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], spec.dilation[0], spec.dilation[1],
-            pt, pl, pb, pr, groups, DType.from_str(d.acc.dtype), not self._first_write(o.acc, o.base)))
+            pt, pl, pb, pr, groups, DType.from_str(d.acc.dtype), not self._first_write(o.acc, o.base),
+            spec.pad_value))
         valid = {"C": (o_lo, o_hi), "H": (0, out_h), "W": (0, out_w)}
         if "G" in o.axes:
             valid["G"] = o.range("G", ranges)
@@ -427,6 +428,11 @@ class OperatorEmitter:
             opcode = RULES[step.kind].opcode
             if step.kind == EpiKind.CLIP:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
+            elif step.kind == EpiKind.REQUANT:
+                _, x_st = pad3(inner, 2)
+                zero_point, lo, hi = step.ints
+                instr = isa.VecRequant(shape, dst, dst_st, src, src_st, self._sram_addr(other[1], x_off + offs[2]),
+                                       x_st, zero_point, lo, hi, dtype)
             elif not step.kind.binary:
                 instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, opcode)
             else:

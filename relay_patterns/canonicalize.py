@@ -4,6 +4,8 @@
   ``conv2d(x, W * s) + (beta - mean * s)`` with ``s = gamma / sqrt(var + eps)``, so
   batch-norm costs nothing on the NPU (it is a bias in the conv epilogue).
 * ``RemoveDropout``: inference dropout is the identity.
+* ``QdqToInteger`` (:mod:`.quantized`): quantized regions of a QDQ model become integer
+  operators.
 * ``SimplifyReduceOfStack``: the ONNX importer turns ``Sum(a, b, ...)`` (and ``Max``,
   ``Min``) into ``sum(stack(broadcast_to(a), broadcast_to(b)), axis=0)`` (``max``,
   ``min``); this becomes a chain of ``add`` (``maximum``, ``minimum``), with the
@@ -21,6 +23,8 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
+
+from .quantized import qdq_to_integer
 
 
 def _const_np(expr: relax.Expr) -> np.ndarray:
@@ -168,8 +172,10 @@ def simplify_reduce_of_stack(func: relax.Function, _mod: tvm.IRModule,
 
 
 def canonicalize_passes() -> list[tvm.transform.Pass]:
-    """The Relax clean-up that runs before partitioning, in order."""
+    """The Relax clean-up that runs before partitioning, in order (QDQ first: constant folding
+    would turn the 8-bit weights into fp32 ones)."""
     return [
+        qdq_to_integer,
         relax.transform.FoldConstant(),
         remove_dropout,
         fold_batch_norm,

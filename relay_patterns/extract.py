@@ -18,15 +18,16 @@ the host".
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.transform import PatternCheckContext
+from tvm_npu.simulator import quant
 
 from tvm_npu.config import DType
-from tvm_npu.epilogue import BY_RELAX_OP, check_dtype
+from tvm_npu.epilogue import BY_RELAX_OP, check_dtype, result_dtype
 from tvm_npu.ops import (
     Broadcast,
     Conv2dSpec,
@@ -63,6 +64,8 @@ class _Step:
     operand: relax.Expr | None = None
     lo: float = 0.0
     hi: float = 0.0
+    ints: tuple[int, ...] = ()
+    dtype: DType | None = None
 
 
 class _Region:
@@ -169,6 +172,10 @@ def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
     if layout != out_layout and int(attrs.groups) != 1:
         raise ValueError("a grouped conv2d that changes layout is not supported")
     data, weight = call.args
+    padding, pad_value = _padding4(attrs.padding), 0
+    pad = region.call(data)
+    if pad is not None:
+        data, padding, pad_value = _fold_pad(pad, layout, padding)
     kernel_layout = str(attrs.kernel_layout)
     if sorted(kernel_layout) != sorted("OIHW"):
         raise ValueError(f"conv2d kernel layout {kernel_layout} is not a permutation of OIHW")
@@ -192,9 +199,27 @@ def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
         weight=wref,
         strides=_ints(attrs.strides),
         dilation=_ints(attrs.dilation),
-        padding=_padding4(attrs.padding),
+        padding=padding,
         groups=int(attrs.groups),
+        pad_value=pad_value,
     )
+
+
+def _fold_pad(pad: relax.Call, layout: str, padding: tuple[int, int, int, int]) -> tuple[relax.Expr, tuple, int]:
+    """(data, padding, pad value) of ``conv2d(nn.pad(data))``: a constant pad of H and W joins the
+    convolution's own padding (an 8-bit input pads with its zero point)."""
+    if pad.op.name != "relax.nn.pad" or str(pad.attrs.pad_mode) != "constant":
+        raise ValueError(f"conv2d input {pad.op.name} cannot be folded into the convolution")
+    width = _ints(pad.attrs.pad_width)
+    per_axis = dict(zip(layout, zip(width[0::2], width[1::2], strict=True), strict=True))
+    if per_axis["N"] != (0, 0) or per_axis["C"] != (0, 0):
+        raise ValueError("a pad of the batch or channel axis does not fold into conv2d")
+    value = float(pad.attrs.pad_value)
+    if value != int(value):
+        raise ValueError(f"pad value {value} is not an integer")
+    top, left, bottom, right = padding
+    (pt, pb), (pl, pr) = per_axis["H"], per_axis["W"]
+    return pad.args[0], (top + pt, left + pl, bottom + pb, right + pr), int(value)
 
 
 def _matmul(call: relax.Call, region: _Region, out_name: str) -> MatmulSpec:
@@ -329,6 +354,12 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
     """Turn a step's operand into a DRAM tensor: per-channel vector or a tensor of the output's shape."""
     if step.operand is None:
         return Epilogue(step.kind, lo=step.lo, hi=step.hi)
+    if step.kind == EpiKind.REQUANT:
+        arr = const_array(step.operand)
+        if _broadcast_axis(tuple(arr.shape), out.shape) not in (None, axis):
+            raise ValueError(f"requantisation multipliers of shape {arr.shape} are not per channel")
+        vec = np.broadcast_to(arr.reshape(-1), (out.shape[axis],)).astype(np.float32)
+        return Epilogue(step.kind, region.add_const(vec), Broadcast.CHANNEL, ints=step.ints, dtype=step.dtype)
     if isinstance(step.operand, GenericConst):
         arr = const_array(step.operand)
         try:
@@ -359,7 +390,11 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
     while True:
         op = call.op.name
         kind = BY_RELAX_OP.get(op)
-        if kind is not None and not kind.binary:
+        if op == "relax.quantize":
+            step, inner = _requant_step(call, region)
+            steps.append(step)
+            call = inner
+        elif kind is not None and not kind.binary:
             lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
             steps.append(_Step(kind, lo=lo, hi=hi))
             inner = region.call(call.args[0])
@@ -383,6 +418,45 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             return call, None, steps[::-1]
         else:
             raise ValueError(f"operator {op} is not supported by the NPU")
+
+
+def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]:
+    """``quantize(astype(acc, float32) * m, scale=1, zero_point)`` (the requantisation form of
+    :mod:`.quantized`) -> the REQUANT step and the call computing ``acc``."""
+    data, scale, zero_point = call.args
+    if not isinstance(scale, GenericConst) or const_array(scale).size != 1 or float(const_array(scale)) != 1.0:
+        raise ValueError("quantize with a scale other than 1 is not a requantisation")
+    mul = region.call(data)
+    if mul is None or mul.op.name != "relax.multiply" or not isinstance(mul.args[1], GenericConst):
+        raise ValueError("quantize of anything but astype(acc) * multipliers is not a requantisation")
+    cast = region.call(mul.args[0])
+    if cast is None or cast.op.name != "relax.astype" or str(cast.attrs.dtype) != "float32":
+        raise ValueError("a requantisation must convert the accumulator to float32")
+    inner = region.call(cast.args[0])
+    if inner is None:
+        raise ValueError("a requantisation needs the accumulator computed in the region")
+    dtype = _dtype(call.ty.dtype)
+    if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
+        raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
+    lo, hi = quant.qrange(dtype)
+    return _Step(EpiKind.REQUANT, mul.args[1], ints=(int(const_array(zero_point)), lo, hi), dtype=dtype), inner
+
+
+def _merge_clamps(steps: list[_Step]) -> list[_Step]:
+    """An integer clip right after a requantisation narrows its output clamp (one instruction)."""
+    out: list[_Step] = []
+    for step in steps:
+        prev = out[-1] if out else None
+        if step.kind == EpiKind.CLIP and prev is not None and prev.kind == EpiKind.REQUANT:
+            zp, lo, hi = prev.ints
+            if step.lo != int(step.lo) or step.hi != int(step.hi):
+                raise ValueError(f"clip bounds {step.lo}, {step.hi} of an 8-bit value are not integers")
+            prev.ints = (zp, max(lo, int(step.lo)), min(hi, int(step.hi)))
+            if prev.ints[1] > prev.ints[2]:
+                raise ValueError("the clip leaves an empty range")
+            continue
+        out.append(step)
+    return out
 
 
 def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[relax.Expr, relax.Expr]:
@@ -410,24 +484,33 @@ def check_padding(spec: OpSpec) -> None:
                          f"(at most {limits[0]} rows, {limits[1]} columns); it stays on the host")
 
 
-def _check_dtypes(spec: OpSpec) -> None:
-    """float32 everywhere, or int8 operands with an int32 result for conv2d / matmul."""
-    out = spec.out.dtype
+def _check_dtypes(spec: OpSpec, acc: DType) -> None:
+    """float32 everywhere; or 8-bit conv2d / matmul (int8 or uint8 activations, int8 weights) with an
+    int32 accumulator, requantised to 8 bits or not; or 8-bit max pooling. ``acc`` is the main
+    operator's result type (the epilogue may change it)."""
     if isinstance(spec, Conv2dSpec | MatmulSpec):
-        operands = {spec.data.dtype, spec.weight.dtype} if isinstance(spec, Conv2dSpec) else {spec.a.dtype,
-                                                                                              spec.b.dtype}
-        ok = (operands, out) in (({DType.FP32}, DType.FP32), ({DType.INT8}, DType.INT32))
+        data, weight = (spec.data, spec.weight) if isinstance(spec, Conv2dSpec) else (spec.a, spec.b)
+        ok = (data.dtype, weight.dtype, acc) in ((DType.FP32, DType.FP32, DType.FP32),
+                                                  (DType.INT8, DType.INT8, DType.INT32),
+                                                  (DType.UINT8, DType.INT8, DType.INT32))
         if not ok:
-            names = "/".join(sorted(d.np.name for d in operands))
-            raise ValueError(f"{spec.name} with {names} operands and {out.np.name} result is not supported; "
-                             "accepted: float32 -> float32, int8 -> int32")
-    elif spec.data.dtype != DType.FP32 or out != DType.FP32:
-        raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32")
+            raise ValueError(f"{spec.name} with {data.dtype.np.name} x {weight.dtype.np.name} operands and "
+                             f"{acc.np.name} result is not supported; accepted: float32 x float32 -> float32, "
+                             "int8/uint8 x int8 -> int32")
+        if isinstance(spec, Conv2dSpec) and spec.pad_value and not data.dtype.is_quantized:
+            raise ValueError(f"conv2d padding with {spec.pad_value} is supported for 8-bit inputs only")
+    elif isinstance(spec, PoolSpec) and spec.kind == PoolKind.MAX and spec.data.dtype.is_quantized:
+        if acc != spec.data.dtype:
+            raise ValueError("max pooling must keep its input type")
+    elif spec.data.dtype != DType.FP32 or acc != DType.FP32:
+        raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32 (and "
+                         "int8/uint8 for max pooling)")
+    value = acc
     for step in spec.epilogue:
-        if step.operand is not None and step.operand.dtype != out:
-            raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, "
-                             f"output is {out.np.name}")
-        check_dtype(step, out)
+        check_dtype(step, value)
+        value = result_dtype(step, value)
+    if value != spec.out.dtype:
+        raise ValueError(f"the epilogue leaves {value.np.name}, the output is {spec.out.dtype.np.name}")
 
 
 def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
@@ -446,11 +529,13 @@ def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
         spec: OpSpec = ElementwiseSpec(name, TensorRef(out_name, out_shape, out_dtype, layout), data=dref)
     else:
         spec = _MAIN_OPS[main.op.name](main, region, out_name)
-        if spec.out.shape != out_shape or spec.out.dtype != out_dtype:
+        if spec.out.shape != out_shape:
             raise ValueError(f"the epilogue changes the output from {spec.out.shape} to {out_shape}")
         axis = len(out_shape) - 1 if isinstance(spec, MatmulSpec) else spec.out.layout.index("C")
-    spec = spec.with_epilogue(*(_epilogue(s, spec.out, axis, region) for s in steps))
-    _check_dtypes(spec)
+    acc = spec.out.dtype
+    spec = replace(spec, out=replace(spec.out, dtype=out_dtype))
+    spec = spec.with_epilogue(*(_epilogue(s, spec.out, axis, region) for s in _merge_clamps(steps)))
+    _check_dtypes(spec, acc)
     check_padding(spec)
     return ExtractedOp(spec, region.constants)
 

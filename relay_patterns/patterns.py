@@ -74,6 +74,24 @@ def _with_epilogue(op: DFPattern, bias: bool, residual: bool, act: str | None) -
     return out
 
 
+def _requantised(out: DFPattern, bias: bool, clip: bool) -> DFPattern:
+    """``[+ bias] -> quantize(astype(.) * m)`` [-> integer clip]: the requantisation form of :mod:`.quantized`."""
+    if bias:
+        out = is_op("relax.add")(out, is_const())
+    scaled = is_op("relax.multiply")(is_op("relax.astype")(out), is_const())
+    out = is_op("relax.quantize")(scaled, is_const(), is_const())
+    return is_op("relax.clip")(out, wildcard(), wildcard()) if clip else out
+
+
+def _int8_variants(fusion: int) -> list[tuple[bool, bool, bool]]:
+    """(bias, clip, explicit pad) of the 8-bit conv / matmul patterns, longest first (none at fusion 0:
+    the int32 accumulator then goes to DRAM and the host requantises)."""
+    if fusion == 0:
+        return []
+    variants = [(b, c, p) for b in (True, False) for c in (True, False) for p in (True, False)]
+    return sorted(variants, key=lambda v: -sum(v))
+
+
 def _variant_name(op: str, bias: bool, residual: bool, act: str | None) -> str:
     parts = [op, "bias" if bias else "", "add" if residual else "", act or ""]
     return f"{PREFIX}." + "_".join(p for p in parts if p)
@@ -136,6 +154,14 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
     def add(name: str, pattern: DFPattern) -> None:
         table.append((name, pattern, {}, check))
 
+    for bias, clip, pad in _int8_variants(target.options.fusion):
+        data = is_op("relax.nn.pad")(wildcard()) if pad else wildcard()
+        conv = is_op("relax.nn.conv2d")(data, wildcard())
+        tail = "_".join(p for p in ("bias" if bias else "", "requant", "clip" if clip else "") if p)
+        add(f"{PREFIX}.conv2d{'_pad' if pad else ''}_{tail}", _requantised(conv, bias, clip))
+        if not pad:
+            add(f"{PREFIX}.matmul_{tail}", _requantised(is_op("relax.matmul")(wildcard(), wildcard()), bias, clip))
+    add(f"{PREFIX}.conv2d_pad", is_op("relax.nn.conv2d")(is_op("relax.nn.pad")(wildcard()), wildcard()))
     variants = _epilogue_variants(target.options.fusion)
     for bias, residual, act in variants:
         conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())

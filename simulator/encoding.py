@@ -28,7 +28,7 @@ from . import isa
 from .errors import ProgramFormatError
 
 MAGIC = b"NPUP"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: uint8, Conv.pad_value, VecRequant with fp32 multipliers
 _HEADER = struct.Struct("<4sHHQIIQ")
 _TRAILER = struct.Struct("<I")
 _TENSOR_HEAD = struct.Struct("<BBB")

@@ -224,7 +224,8 @@ class DmaStore(_Dma):
 class MatMul:
     """``C[m, n] (+)= sum_k A[m, k] * B[k, n]`` in the accumulator type of ``in_dtype``.
 
-    fp32 and fp16 products are summed in the array's wide internal accumulator and the
+    ``in_dtype`` is A's type; B has the same type, except that an 8-bit A (int8 or
+    uint8) multiplies int8 B (``DType.weight``). fp32 and fp16 products are summed in the array's wide internal accumulator and the
     tile's sum is rounded once to the fp32 accumulator (so a result does not depend on
     its position in the tile); int8 products are summed in int32 with two's-complement
     wrap-around. The tile's sum is added to C once (``accumulate``) or overwrites it.
@@ -253,7 +254,8 @@ class MatMul:
         """(A (m, k), B (k, n), C (m, n) in the accumulator type; C is also read when accumulating)."""
         return (
             _sram("a_addr", "a_strides", self.a_addr, (self.m, self.k), self.a_strides, self.in_dtype, read=True),
-            _sram("b_addr", "b_strides", self.b_addr, (self.k, self.n), self.b_strides, self.in_dtype, read=True),
+            _sram("b_addr", "b_strides", self.b_addr, (self.k, self.n), self.b_strides, self.in_dtype.weight,
+                  read=True),
             _sram("c_addr", "c_strides", self.c_addr, (self.m, self.n), self.c_strides, self.acc_dtype,
                   read=self.accumulate, write=True),
         )
@@ -271,7 +273,8 @@ class Conv:
     * w[o, i, ky, kx]`` over ``i < in_c/groups`` and the kernel window, with input
     positions outside ``[0, in_h) x [0, in_w)`` reading zero; ``g = o // (out_c/groups)``.
     Types and accumulation as :class:`MatMul` (it is the same implicit GEMM). Each pad
-    is at most ``(kernel - 1) * dilation``.
+    is at most ``(kernel - 1) * dilation``. Padding reads ``pad_value``: 0 for float
+    types; for 8-bit types the input's zero point (the quantized zero), in its range.
     """
 
     in_addr: int
@@ -299,6 +302,7 @@ class Conv:
     groups: int
     in_dtype: DType
     accumulate: bool
+    pad_value: int = 0
 
     engine: ClassVar[Engine] = Engine.TENSOR
     opcode: ClassVar[Opcode] = Opcode.CONV
@@ -313,7 +317,7 @@ class Conv:
         return (
             _sram("in_addr", "in_strides", self.in_addr, (self.in_c, self.in_h, self.in_w), self.in_strides,
                   self.in_dtype, read=True),
-            _sram("w_addr", "w_strides", self.w_addr, w_shape, self.w_strides, self.in_dtype, read=True),
+            _sram("w_addr", "w_strides", self.w_addr, w_shape, self.w_strides, self.in_dtype.weight, read=True),
             _sram("out_addr", "out_strides", self.out_addr, (self.out_c, self.out_h, self.out_w), self.out_strides,
                   self.acc_dtype, read=self.accumulate, write=True),
         )
@@ -446,20 +450,32 @@ class VecBiasAdd(_VecBase):
 
 @dataclass(frozen=True, slots=True)
 class VecRequant(_VecBase):
-    """int32 -> int8: ``clamp(((src * multiplier + 2**(shift-1)) >> shift) + zero_point, -128, 127)``.
+    """int32 -> int8/uint8: ``clip(round_half_to_even(float32(src) * scale) + zero_point, lo, hi)``.
 
-    Exact in int64; ``>>`` is arithmetic (floor); the rounding term is 0 when
-    ``shift == 0``; ``0 <= shift <= 62`` and ``zero_point`` is in the int8 range.
+    ``scale`` is an fp32 operand read with ``scale_strides`` (a per-channel multiplier
+    vector, or stride 0 for one value); the arithmetic is float32 in exactly the order
+    of :func:`tvm_npu.simulator.quant.requantize`. ``zero_point``, ``lo`` and ``hi`` are
+    integers in ``dst_dtype``'s range with ``lo <= hi`` (a folded relu or clip narrows them).
     """
 
-    multiplier: int
-    shift: int
+    scale_addr: int
+    scale_strides: Strides3
     zero_point: int
+    lo: int
+    hi: int
+    dst_dtype: DType
 
     opcode: ClassVar[Opcode] = Opcode.VREQUANT
 
     def types(self) -> tuple[DType, DType]:
-        return DType.INT32, DType.INT8
+        return DType.INT32, self.dst_dtype
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(dst, src, the fp32 multipliers)."""
+        dst, src = _VecBase.accesses(self)
+        scale = _sram("scale_addr", "scale_strides", self.scale_addr, self.shape, self.scale_strides, DType.FP32,
+                      read=True, distinct=False)
+        return dst, src, scale
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from scipy import special
 
 from tvm_npu.config import DType
 
-from . import isa
+from . import isa, quant
 
 Executor = Callable[[np.ndarray, list[np.ndarray]], None]
 Accesses = tuple[isa.Access, ...]
@@ -32,7 +32,7 @@ _I64 = np.dtype(np.int64)
 #: (fp32) per instruction: emulated in float64, so a result does not depend on where in
 #: a tile an output sits. int8 goes through float64 too, which is exact for every sum an
 #: SRAM-sized tile can produce, then wraps to int32.
-_WORK = {DType.INT8: _F64, DType.FP16: _F64, DType.FP32: _F64}
+_WORK = {DType.INT8: _F64, DType.UINT8: _F64, DType.FP16: _F64, DType.FP32: _F64}
 
 
 def _operand(acc: isa.Access) -> _Operand:
@@ -99,8 +99,10 @@ def _conv(ins: isa.Conv, accs: Accesses) -> Executor:
     win_shape = (g, cin_g, ins.kernel_h, ins.kernel_w, ins.out_h, ins.out_w)
     win_strides = (cin_g * sc, sc, ins.dilation_h * sh, ins.dilation_w * sw, ins.stride_h * sh, ins.stride_w * sw)
 
+    pad_value = float(ins.pad_value)
+
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
-        xp = np.zeros(padded, work)
+        xp = np.full(padded, pad_value, work)
         xp[inner] = np.ndarray(x_op[0], x_op[1], sram, x_op[2], x_op[3])
         cols = np.ndarray(win_shape, work, xp, 0, win_strides).reshape(g, k, m)
         w = np.ndarray(w_op[0], w_op[1], sram, w_op[2], w_op[3]).astype(work).reshape(g, cout_g, k)
@@ -188,15 +190,15 @@ def _vec_bias_add(ins: isa.VecBiasAdd, accs: Accesses) -> Executor:
 
 
 def _vec_requant(ins: isa.VecRequant, accs: Accesses) -> Executor:
-    multiplier, shift, zero_point = ins.multiplier, ins.shift, ins.zero_point
-    rounding = (1 << shift) >> 1
+    d, s, m = (_operand(acc) for acc in accs)
+    args = ins.zero_point, ins.lo, ins.hi, ins.dst_dtype
 
-    def run(x: np.ndarray, out: np.ndarray) -> None:
-        y = (x.astype(_I64) * multiplier + rounding) >> shift
-        y += zero_point
-        out[...] = np.clip(y, -128, 127)
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
+        scale = np.ndarray(m[0], m[1], sram, m[2], m[3])
+        np.ndarray(d[0], d[1], sram, d[2], d[3])[...] = quant.requantize(x, scale, *args, quant.NUMPY)
 
-    return _vec(accs, run)
+    return run
 
 
 def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:

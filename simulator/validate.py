@@ -31,10 +31,9 @@ from tvm_npu.config import DType, HardwareConfig
 from . import isa
 from .errors import ConfigMismatchError, InstructionError, ProgramFormatError
 
-_TENSOR_DTYPES = (DType.INT8, DType.FP16, DType.FP32)
-_INT_RANGE = {dt: (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max)) for dt in (DType.INT8, DType.INT32)}
-#: Largest VecRequant shift for which src * multiplier + rounding stays inside int64.
-MAX_REQUANT_SHIFT = 62
+_TENSOR_DTYPES = (DType.INT8, DType.UINT8, DType.FP16, DType.FP32)
+_INT_RANGE = {dt: (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max))
+              for dt in (DType.INT8, DType.UINT8, DType.INT32)}
 
 
 def distinct_elements(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -83,7 +82,8 @@ class _Checker:
 
     def tensor_dtype(self, field: str, dtype: DType) -> None:
         if dtype not in _TENSOR_DTYPES:
-            self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, FP16, FP32")
+            self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, UINT8, FP16, "
+                             "FP32")
 
     def describe(self, ins: isa.Instruction) -> tuple[isa.Access, ...]:
         """The record's :meth:`accesses`, once its own fields have been checked (dtypes, axis, groups)."""
@@ -159,6 +159,11 @@ class _Checker:
             "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
         )  # fmt: skip
         self.nonnegative(ins, "pad_top", "pad_left", "pad_bottom", "pad_right")
+        if ins.in_dtype.is_quantized:
+            self.in_range("pad_value", ins.pad_value, ins.in_dtype)
+        elif ins.pad_value != 0:
+            self.fail("pad_value", f"must be 0 for {ins.in_dtype.name} (only 8-bit inputs pad with a zero point), "
+                                   f"got {ins.pad_value}")
         for name in ("in_c", "out_c"):
             if getattr(ins, name) % ins.groups:
                 self.fail(name, f"{getattr(ins, name)} is not divisible by groups={ins.groups}")
@@ -229,12 +234,18 @@ class _Checker:
             self.fail("axis", f"must be 0, 1 or 2, got {ins.axis}")
         self.vec_base(ins)
 
+    def in_range(self, field: str, value: int, dtype: DType) -> None:
+        lo, hi = _INT_RANGE[dtype]
+        if not lo <= value <= hi:
+            self.fail(field, f"must be in the {dtype.name} range [{lo}, {hi}], got {value}")
+
     def vec_requant(self, ins: isa.VecRequant) -> None:
-        if not 0 <= ins.shift <= MAX_REQUANT_SHIFT:
-            self.fail("shift", f"must be in 0..{MAX_REQUANT_SHIFT}, got {ins.shift}")
-        lo, hi = _INT_RANGE[DType.INT8]
-        if not lo <= ins.zero_point <= hi:
-            self.fail("zero_point", f"must be in the INT8 range [{lo}, {hi}], got {ins.zero_point}")
+        if not ins.dst_dtype.is_quantized:
+            self.fail("dst_dtype", f"must be INT8 or UINT8, got {ins.dst_dtype.name}")
+        for name in ("zero_point", "lo", "hi"):
+            self.in_range(name, getattr(ins, name), ins.dst_dtype)
+        if ins.lo > ins.hi:
+            self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
         self.vec_base(ins)
 
     def vec_cast(self, ins: isa.VecCast) -> None:

@@ -79,7 +79,7 @@ def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tenso
     dt = spec.data.dtype.np.name
     adt = acc_dtype(spec.data.dtype)
     grouped = g > 1
-    zero = tirx.const(0, dt)
+    zero = tirx.const(spec.pad_value, dt)  # what padding reads (an 8-bit input's zero point)
     acc_name = "acc" if spec.epilogue else spec.out.name
 
     def valid(hh, ww, cc):

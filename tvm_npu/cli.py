@@ -1,4 +1,4 @@
-"""The ``tvm-npu`` command line: compile, run, profile and benchmark models for the simulated NPU.
+"""The ``tvm-npu`` command line: compile, run, profile, benchmark, quantize and compare models for the simulated NPU.
 
 Every figure comes from :mod:`tvm_npu.bench`, which the scripts in ``benchmarks/`` share,
 so the command line and the benchmarks cannot disagree. Errors are reported as one line
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 import tvm
 from tvm import relax
 
@@ -40,10 +41,24 @@ from tvm_npu.bench import (
     resolve_model,
     show_progress,
 )
+from tvm_npu.compare import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.config import parse_target, target_help
 from tvm_npu.driver import npu_operators
 from tvm_npu.models import randomize_weights
 from tvm_npu.ops import spec_key
+from tvm_npu.quantize import (
+    ACTIVATIONS,
+    INSTALL_HINT,
+    MIN_OPSET,
+    calibration_samples,
+    npz_samples,
+    opset,
+    parse_input_shape,
+    qdq_counts,
+    quantize_model,
+    random_samples,
+    require_onnxruntime,
+)
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
 from tvm_npu.tuning import gains, load_records, tune_specs
@@ -68,6 +83,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--randomize-weights", type=int, metavar="SEED",
                    help="replace the model's constant weights by seeded random values first (the light "
                         "models ship with constant weights, whose outputs a broken compiler can also match)")
+
+
+def _input_shape_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="shape of an input with symbolic dimensions, for random inputs (repeatable)")
 
 
 def _inputs_arg(p: argparse.ArgumentParser) -> None:
@@ -159,6 +179,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=16, metavar="N",
                    help="candidate tiles measured per operator (default: %(default)s)")
     p.set_defaults(func=cmd_tune)
+
+    p = command("quantize", "Quantize an fp32 ONNX model to int8 QDQ with onnxruntime's quantize_static.", f"""
+        Weights are symmetric int8, per output channel unless --per-tensor; activations are
+        asymmetric int8 or uint8, their ranges calibrated (min/max) on --calibration arrays
+        or on --random seeded standard-normal inputs. Models below opset {MIN_OPSET} are upgraded
+        first; batch-norms are folded into their convolutions. The fp32 tensor names are
+        kept, so '{PROG} compare' can match every layer. Needs onnxruntime: {INSTALL_HINT}.""",
+                targets=False)
+    p.add_argument("model", metavar="MODEL",
+                   help=f"an fp32 ONNX model file (.onnx), or a bundled model name: {', '.join(BUNDLED)}")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.onnx", help="quantized model to write")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--calibration", type=Path, metavar="NPZ",
+                        help="calibration arrays (.npz) named by graph input, each one sample or N samples "
+                             "along a leading axis")
+    source.add_argument("--random", type=int, metavar="N",
+                        help="calibrate on N seeded standard-normal samples of every input")
+    p.add_argument("--seed", type=int, default=0, help="seed of --random (default: %(default)s)")
+    p.add_argument("--activations", choices=ACTIVATIONS, default="int8",
+                   help="activation type (default: %(default)s)")
+    p.add_argument("--per-tensor", action="store_true", help="one scale per weight tensor, not per output channel")
+    _input_shape_arg(p)
+    p.set_defaults(func=cmd_quantize)
+
+    p = command("compare", "Layer-by-layer error of a quantized or fp16 ONNX model against its fp32 reference.", """
+        Matches every fp32 tensor of the reference with the tensor of MODEL that carries it
+        (the DequantizeLinear output of a QDQ model from 'tvm-npu quantize', or the same name
+        in an fp16 model), runs both on the same input and prints per tensor, in graph order:
+        max and mean |error|, SNR in dB, cosine similarity and, for QDQ tensors, max |error|
+        in quantization steps. MODEL runs on the NPU simulator (--engine npu) or on
+        onnxruntime (--engine onnxruntime: the QDQ graph as written, so the quantization
+        error alone, without the compiler's); the reference on onnxruntime, or on llvm
+        without it. Every compared tensor becomes a
+        graph output, so on the NPU each one leaves the chip to DRAM and is not fused with
+        its consumers: the numbers are those of the model, the placement and cycles are not.""")
+    p.add_argument("model", metavar="MODEL", help="the quantized (QDQ) or fp16 ONNX model (.onnx)")
+    p.add_argument("--reference", required=True, metavar="REFERENCE",
+                   help=f"the fp32 model it was made from (.onnx, or a bundled name: {', '.join(BUNDLED)})")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("--inputs", type=Path, metavar="NPZ",
+                       help="input arrays (.npz) named by graph input (with a leading sample axis, the first "
+                            "sample is used)")
+    given.add_argument("--seed", type=int, default=0,
+                       help="seed of the standard-normal inputs used without --inputs (default: %(default)s)")
+    _input_shape_arg(p)
+    p.add_argument("--target", default="npu",
+                   help="NPU target: 'npu' followed by -key=value options, listed below (default: %(default)s)")
+    p.add_argument("--engine", choices=ENGINES, default="npu", help="what runs MODEL (default: %(default)s)")
+    p.add_argument("--top", type=int, default=0, metavar="K", help="also list the K tensors of lowest SNR")
+    p.set_defaults(func=cmd_compare)
 
     p = command("demo", f"The README's main job: {DEMO_MODEL} on the NPU simulator against llvm.", f"""
         Compiles the bundled model {DEMO_MODEL} for the NPU and for llvm, runs both on the
@@ -314,6 +384,63 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"best measured tile against the cost model's choice, over {len(rows)} operator signatures: "
               f"geomean {statistics.geometric_mean(speedups):.3f}x, largest {max(speedups):.3f}x fewer cycles")
         print(f"replay with: {PROG} compile MODEL --target '{target}' --records {args.records}")
+    return 0
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    ort = require_onnxruntime()
+    name, model = resolve_model(args.model)
+    shapes = dict(parse_input_shape(s) for s in args.input_shape)
+    samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed, overrides=shapes)
+    output = quantize_model(model, args.output, calibration=samples, activations=args.activations,
+                            per_channel=not args.per_tensor)
+    source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
+              else f"{len(samples)} random standard-normal samples (seed {args.seed})")
+    upgraded = f", upgraded from opset {opset(model)} to {MIN_OPSET}" if opset(model) < MIN_OPSET else ""
+    n_q, n_dq = qdq_counts(onnx.load(str(output)))
+    print(f"quantized {name} with onnxruntime {ort.__version__} quantize_static, QDQ format{upgraded}")
+    print(f"calibration: {source}")
+    print(f"weights: int8 symmetric, {'per tensor' if args.per_tensor else 'per channel'}; "
+          f"activations: {args.activations} asymmetric")
+    print(f"nodes: {n_q} QuantizeLinear, {n_dq} DequantizeLinear")
+    print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.top < 0:
+        raise ValueError(f"--top must not be negative, not {args.top}")
+    try:
+        target = str(parse_target(args.target))
+    except ValueError as e:
+        raise ValueError(f"--target {args.target!r}: {e}") from None
+    name, model = resolve_model(args.model)
+    ref_name, reference = resolve_model(args.reference)
+    shapes = dict(parse_input_shape(s) for s in args.input_shape)
+    if args.inputs is not None:
+        samples = npz_samples(args.inputs, reference, shapes)
+        given = f"{args.inputs}" + (f" (first of {len(samples)} samples)" if len(samples) > 1 else "")
+    else:
+        samples = random_samples(reference, 1, args.seed, shapes)
+        given = f"standard-normal (seed {args.seed})"
+    matches, skipped = match_tensors(model, reference)
+    if not matches:
+        raise ValueError(f"no tensor of {ref_name} has a counterpart in {name}: compare a model made from it by "
+                         f"'{PROG} quantize' (or an fp16 converter that keeps tensor names)")
+    with elapsed_bar("building and running both models"):
+        rows = layer_errors(model, reference, matches, samples[0], target=target, engine=args.engine)
+    engine = f"the NPU ('{target}', simulated)" if args.engine == "npu" else "onnxruntime (CPU)"
+    print(f"{name} on {engine} against {ref_name} on {reference_engine()}, inputs {given}")
+    print(f"{len(rows)} tensors compared; {len(skipped)} reference tensors without a counterpart skipped")
+    print(table(rows))
+    if args.top:
+        print(f"\n{min(args.top, len(rows))} lowest SNR:")
+        print(table(sorted(rows, key=lambda r: r.snr_db)[:args.top]))
+    for r in rows:
+        if r.output:
+            steps = "" if r.steps is None else f", {r.steps:.2f} quantization steps"
+            print(f"final output {r.name}: max |err| {r.max_abs:.3g}, mean |err| {r.mean_abs:.3g}, "
+                  f"SNR {r.snr_db:.1f} dB, cosine {r.cosine:.5f}{steps}")
     return 0
 
 

@@ -25,6 +25,7 @@ class DType(enum.IntEnum):
     INT32 = 1
     FP16 = 2
     FP32 = 3
+    UINT8 = 4
 
     @property
     def np(self) -> np.dtype:
@@ -39,6 +40,17 @@ class DType(enum.IntEnum):
     def is_float(self) -> bool:
         return self in (DType.FP16, DType.FP32)
 
+    @property
+    def is_quantized(self) -> bool:
+        """An 8-bit integer activation type (a quantized tensor with a scale and zero point)."""
+        return self in (DType.INT8, DType.UINT8)
+
+    @property
+    def weight(self) -> DType:
+        """The tensor engine's weight operand type for this activation type: int8 for any 8-bit
+        activation (uint8 activations multiply int8 weights), else the same type."""
+        return DType.INT8 if self.is_quantized else self
+
     @classmethod
     def from_str(cls, name: str) -> DType:
         """Map a TVM / numpy dtype name (``"float32"``, ``"int8"`` ...) to a DType."""
@@ -49,12 +61,13 @@ class DType(enum.IntEnum):
             raise ValueError(f"dtype {name!r} is not supported by the NPU; accepted: {accepted}") from None
 
 
-_NP_NAMES = {DType.INT8: "int8", DType.INT32: "int32", DType.FP16: "float16", DType.FP32: "float32"}
+_NP_NAMES = {DType.INT8: "int8", DType.INT32: "int32", DType.FP16: "float16", DType.FP32: "float32",
+             DType.UINT8: "uint8"}
 _FROM_NAMES = {v: k for k, v in _NP_NAMES.items()}
 _NP_DTYPES = {k: np.dtype(v) for k, v in _NP_NAMES.items()}
 
 #: Accumulator type of the tensor engine for each operand type (datasheet: int32 / fp32).
-ACCUMULATOR = {DType.INT8: DType.INT32, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
+ACCUMULATOR = {DType.INT8: DType.INT32, DType.UINT8: DType.INT32, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
 
 
 def _key(name: str) -> str:
@@ -104,9 +117,9 @@ class HardwareConfig:
         """Peak tensor-engine MACs per cycle for an operand type."""
         if dtype == DType.FP32:
             return self.mac_rows * self.mac_cols / self.fp32_mac_slowdown
-        if dtype in (DType.INT8, DType.FP16):
+        if dtype in (DType.INT8, DType.UINT8, DType.FP16):
             return float(self.mac_rows * self.mac_cols)
-        raise ValueError(f"the tensor engine takes int8, fp16 or fp32 operands, not {dtype.name}")
+        raise ValueError(f"the tensor engine takes int8, uint8, fp16 or fp32 operands, not {dtype.name}")
 
     def mac_pass_cycles(self, dtype: DType) -> int:
         """Cycles to stream one row through the array for an operand type."""

@@ -18,7 +18,7 @@ from tvm.ir import Expr as PrimExpr
 
 from tvm_npu.config import DType, HardwareConfig
 from tvm_npu.ops import EpiKind, Epilogue
-from tvm_npu.simulator import isa, timing
+from tvm_npu.simulator import isa, quant, timing
 
 #: ``te(x, y, step)``: the step's value for input element ``x`` and operand element ``y`` (None if unary).
 TeRule = Callable[[PrimExpr, PrimExpr | None, Epilogue], PrimExpr]
@@ -55,6 +55,23 @@ def _clip(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     return tirx.min(tirx.max(x, tirx.const(s.lo, x.dtype)), tirx.const(s.hi, x.dtype))
 
 
+#: :func:`~tvm_npu.simulator.quant.requantize` on TE expressions (the rule is written once, there).
+TE_ARITH: quant.Arith[PrimExpr] = quant.Arith(
+    to_f32=lambda x: x.astype("float32"),
+    mul=lambda a, b: a * b,
+    round_even=tirx.nearbyint,
+    add_const=lambda x, c: x + tirx.const(c, "float32"),  # the rule's intermediates are all float32
+    clip=lambda x, lo, hi: tirx.min(tirx.max(x, tirx.const(lo, "float32")), tirx.const(hi, "float32")),
+    cast=lambda x, dtype: x.astype(dtype.np.name),
+)
+
+
+def _requant(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    zero_point, lo, hi = s.ints
+    assert y is not None and s.dtype is not None
+    return quant.requantize(x, y, zero_point, lo, hi, s.dtype, TE_ARITH)
+
+
 _RULES = (
     EpiRule(EpiKind.BIAS, None, lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
     EpiRule(EpiKind.ADD, "relax.add", lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
@@ -68,6 +85,8 @@ _RULES = (
             float_only=True),
     EpiRule(EpiKind.TANH, "relax.tanh", lambda x, _y, _s: tirx.tanh(x), isa.Opcode.VTANH, float_only=True),
     EpiRule(EpiKind.GELU, "relax.nn.gelu", _gelu, isa.Opcode.VGELU, float_only=True),
+    # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
+    EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
 )
 
 #: The table, by kind.
@@ -88,6 +107,19 @@ def step_cycles(hw: HardwareConfig, step: Epilogue, nelems: int) -> int:
 
 
 def check_dtype(step: Epilogue, out: DType) -> None:
-    """Raise ``ValueError`` when ``step`` cannot run on a result of dtype ``out``."""
+    """Raise ``ValueError`` when ``step`` cannot run on a value of dtype ``out``."""
     if RULES[step.kind].float_only and not out.is_float:
         raise ValueError(f"{step.kind.value} on an integer ({out.np.name}) result is not supported")
+    if step.kind == EpiKind.REQUANT:
+        if out != DType.INT32 or step.dtype is None or not step.dtype.is_quantized:
+            raise ValueError(f"requantisation takes an int32 accumulator to int8/uint8, not {out.np.name} to "
+                             f"{step.dtype.np.name if step.dtype else '?'}")
+        if step.operand is None or step.operand.dtype != DType.FP32:
+            raise ValueError("requantisation multipliers must be float32")
+    elif step.operand is not None and step.operand.dtype != out:
+        raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
+
+
+def result_dtype(step: Epilogue, value: DType) -> DType:
+    """The dtype of a step's result for an input of dtype ``value``."""
+    return step.dtype or value

@@ -1,0 +1,278 @@
+"""QDQ models -> integer operators (the first canonicalisation pass).
+
+A model quantized in the QDQ format (``onnxruntime.quantization.quantize_static``,
+or a QOperator model rewritten by :mod:`tvm_npu.qoperator`) imports into Relax as
+fp32 compute between ``dequantize`` and ``quantize``. This pass rewrites each
+quantized region into the integer form the NPU runs and llvm computes alike:
+
+* ``quantize([clip|relu](conv2d|matmul(dequantize(x), dequantize(W)) [+ dequantize(B)]))``
+  becomes ``conv2d|matmul(x, W, out_dtype=int32) + B'`` followed by a requantisation
+  ``quantize(astype(acc, float32) * m, scale=1, zero_point=z_y)`` and, when the
+  activation narrows the output range, an integer ``clip``. The input's zero point is
+  folded into the bias (``B' = B - z_x * sum(W)``) and, where the convolution pads, into
+  the padding value (an explicit ``nn.pad`` with ``pad_value = z_x``, which the pattern
+  table folds back into the NPU convolution). ``m`` and the clamp follow
+  :mod:`tvm_npu.simulator.quant`, the rule onnxruntime's integer kernels compute.
+* ``quantize(max_pool2d | reshape | ... (dequantize(x)))`` with the same scale and zero
+  point on both sides becomes the operator on the 8-bit tensor itself (quantization is
+  monotone, so a max commutes with it; moving data does not change values).
+
+Anything else stays as it was (fp32 between ``dequantize`` and ``quantize``, on the
+host). A conv2d or matmul whose quantization this pass cannot express (per-axis
+activation scales, weight zero points that do not fit int8, a bias quantized with
+another scale, 16-bit types) stays too, with a :class:`HostFallbackWarning` naming it
+and the reason. TVM has no pass for this (its ONNX frontend stops at Q/DQ), hence this one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm_npu.simulator import quant
+
+from tvm_npu.config import DType
+
+from .patterns import HostFallbackWarning
+
+GenericConst = tvm.ir.expr.GenericConst
+_Q = "relax.quantize"
+_DQ = "relax.dequantize"
+#: Operators that only move or select values: on equal scales they run on the 8-bit tensor.
+_SAME_SCALE = ("relax.nn.max_pool2d", "relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims",
+               "relax.flatten", "relax.concat")
+
+
+class _Skip(Exception):
+    """This region is left as it is; ``str(e)`` is the reason (warned about when non-empty)."""
+
+
+def _op(expr: relax.Expr) -> str | None:
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def _const(expr: relax.Expr, what: str) -> np.ndarray:
+    if not isinstance(expr, GenericConst):
+        raise _Skip(f"the {what} is not a constant")
+    return np.asarray(expr.value.numpy())
+
+
+def _scalar(expr: relax.Expr, what: str) -> np.ndarray:
+    arr = _const(expr, what)
+    if arr.size != 1:
+        raise _Skip(f"the {what} is per-axis ({arr.size} values); accepted: one value per tensor")
+    return arr.reshape(())
+
+
+def _dtype(expr: relax.Expr) -> DType | None:
+    try:
+        return DType.from_str(str(expr.ty.dtype))
+    except (AttributeError, ValueError):
+        return None
+
+
+@relax.expr_functor.mutator
+class _QdqToInteger(relax.PyExprMutator):
+    def _resolve(self, expr: relax.Expr) -> relax.Expr:
+        while isinstance(expr, relax.Var):
+            bound = self.lookup_binding(expr)
+            if bound is None:
+                break
+            expr = bound
+        return expr
+
+    def _emit(self, expr: relax.Expr) -> relax.Expr:
+        return self.builder_.emit(expr)
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if _op(call) != _Q:
+            return call
+        try:
+            return self._rewrite(call)
+        except _Skip as why:
+            if str(why):
+                warnings.warn(f"{why}: the operator stays in float on the host (llvm)", HostFallbackWarning,
+                              stacklevel=2)
+            return call
+
+    # ------------------------------------------------------------------ dispatch
+    def _rewrite(self, q: relax.Call) -> relax.Expr:
+        out_dt = _dtype(q)
+        y = self._resolve(q.args[0])
+        lo = hi = None
+        if _op(y) == "relax.clip":
+            lo, hi = float(y.args[1].value), float(y.args[2].value)
+            y = self._resolve(y.args[0])
+        elif _op(y) == "relax.nn.relu":
+            lo = 0.0
+            y = self._resolve(y.args[0])
+        main, bias = y, None
+        if _op(y) == "relax.add":
+            lhs, rhs = (self._resolve(a) for a in y.args)
+            if _op(lhs) in ("relax.nn.conv2d", "relax.matmul"):
+                main, bias = lhs, rhs
+            elif _op(rhs) in ("relax.nn.conv2d", "relax.matmul"):
+                main, bias = rhs, lhs
+        op = _op(main)
+        if op in ("relax.nn.conv2d", "relax.matmul"):
+            where = f"quantized {op.rsplit('.', 1)[-1]} {main.ty.shape}"
+            try:
+                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
+                if out_dt is None or not out_dt.is_quantized:
+                    raise _Skip(f"output type {q.ty.dtype} is not 8-bit; accepted: int8, uint8")
+                return self._gemm(main, bias, out_dt, sy, zy, lo, hi)
+            except _Skip as why:
+                raise _Skip(f"{where}: {why}") from None
+        if op in _SAME_SCALE and lo is None and hi is None and main is y:
+            return self._same_scale(q, main)
+        if op == _DQ and lo is None and hi is None and main is y:
+            return self._same_scale(q, None)
+        raise _Skip("")
+
+    def _dequantized(self, expr: relax.Expr, what: str) -> tuple[relax.Expr, float, int, DType]:
+        """(8-bit tensor, scale, zero point, its type) of ``dequantize(x)`` with per-tensor parameters."""
+        dq = self._resolve(expr)
+        if _op(dq) != _DQ:
+            raise _Skip(f"the {what} is not dequantized from an 8-bit tensor")
+        dt = _dtype(dq.args[0])
+        if dt is None or not dt.is_quantized:
+            raise _Skip(f"the {what} is {dq.args[0].ty.dtype}; accepted: int8, uint8")
+        return dq.args[0], float(_scalar(dq.args[1], f"{what} scale")), int(_scalar(dq.args[2], f"{what} zero point")), dt
+
+    def _same_scale(self, q: relax.Call, main: relax.Call | None) -> relax.Expr:
+        """``quantize(op(dequantize(x...)))`` with equal parameters -> ``op(x...)``."""
+        sy, zy = _scalar(q.args[1], "scale"), _scalar(q.args[2], "zero point")
+        args = main.args[0].fields if main is not None and _op(main) == "relax.concat" else (
+            [main.args[0]] if main is not None else [q.args[0]])
+        ints = []
+        for a in args:
+            dq = self._resolve(a)
+            if _op(dq) != _DQ or _dtype(dq.args[0]) != _dtype(q):
+                raise _Skip("")
+            s, z = _scalar(dq.args[1], "scale"), _scalar(dq.args[2], "zero point")
+            if np.float32(s) != np.float32(sy) or int(z) != int(zy):
+                raise _Skip("")
+            ints.append(dq.args[0])
+        if main is None:
+            return ints[0]
+        new_args = [relax.Tuple(ints)] if _op(main) == "relax.concat" else [ints[0], *main.args[1:]]
+        return relax.Call(main.op, new_args, main.attrs, main.ty_args)
+
+    # -------------------------------------------------------------- conv / matmul
+    def _weights(self, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """(integer weights as int64, per-channel scales, channel axis, transposed) of a dequantized constant."""
+        w = self._resolve(expr)
+        transposed = False
+        if _op(w) == "relax.permute_dims":
+            axes = w.attrs.axes
+            if axes is not None and [int(a) for a in axes] != [1, 0]:
+                raise _Skip("the weight is permuted other than a 2-D transpose")
+            transposed = True
+            w = self._resolve(w.args[0])
+        if _op(w) != _DQ:
+            raise _Skip("the weight is not dequantized from a constant")
+        wq = _const(w.args[0], "weight")
+        if not DType.from_str(str(wq.dtype)).is_quantized:
+            raise _Skip(f"the weight is {wq.dtype}; accepted: int8, uint8")
+        ws, wz = _const(w.args[1], "weight scale"), _const(w.args[2], "weight zero point")
+        axis = int(w.attrs.axis) % wq.ndim
+        shape = [1] * wq.ndim
+        if ws.size > 1:
+            shape[axis] = -1
+        values = wq.astype(np.int64) - wz.astype(np.int64).reshape(shape if wz.size > 1 else ())
+        if values.min(initial=0) < -128 or values.max(initial=0) > 127:
+            raise _Skip("the weight zero point moves weights outside int8")
+        return values, ws.astype(np.float32).reshape(-1), axis, transposed
+
+    def _bias(self, expr: relax.Expr | None, channels: int, scale: np.ndarray) -> np.ndarray:
+        """The int32 bias per channel (zeros without one); its scale must be ``s_x * s_w``."""
+        if expr is None:
+            return np.zeros(channels, np.int64)
+        b = self._resolve(expr)
+        while _op(b) in ("relax.reshape", "relax.expand_dims"):
+            b = self._resolve(b.args[0])
+        if _op(b) != _DQ:
+            raise _Skip("the bias is not dequantized from an int32 constant")
+        bq = _const(b.args[0], "bias")
+        if bq.dtype != np.int32 or bq.size != channels:
+            raise _Skip(f"the bias is {bq.dtype} of {bq.size} values; accepted: int32, one per output channel")
+        if np.any(_const(b.args[2], "bias zero point") != 0):
+            raise _Skip("the bias has a zero point")
+        bs = np.broadcast_to(_const(b.args[1], "bias scale").astype(np.float32).reshape(-1), (channels,))
+        if not np.array_equal(bs, np.broadcast_to(scale, (channels,))):
+            raise _Skip("the bias scale is not input scale x weight scale")
+        return bq.astype(np.int64).reshape(-1)
+
+    def _gemm(self, main: relax.Call, bias: relax.Expr | None, out_dt: DType, sy: float, zy: int,
+              lo: float | None, hi: float | None) -> relax.Expr:
+        x, sx, zx, _ = self._dequantized(main.args[0], "input")
+        w, ws, axis, transposed = self._weights(main.args[1])
+        conv = _op(main) == "relax.nn.conv2d"
+        if conv:
+            attrs = main.attrs
+            klay, out_layout = str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)
+            if axis != klay.index("O") and ws.size > 1:
+                raise _Skip("the weight scales are not per output channel")
+            w_oihw_axis = klay.index("O")
+            channels = w.shape[w_oihw_axis]
+            reduce = tuple(i for i in range(w.ndim) if i != w_oihw_axis)
+            c_axis, rank = out_layout.index("C"), 4
+        else:
+            if w.ndim != 2:
+                raise _Skip(f"the weight has rank {w.ndim}; accepted: a 2-D constant")
+            if transposed:  # W[n, k] used as its transpose: keep the [k, n] values
+                w, axis = w.T, 1 - axis
+            if axis != 1 and ws.size > 1:
+                raise _Skip("the weight scales are not per output column")
+            channels, reduce = w.shape[1], (0,)
+            rank = len(main.ty.shape)
+            c_axis = rank - 1
+        w_scale = np.broadcast_to(ws, (channels,))
+        in_scale = (np.float32(sx) * w_scale).astype(np.float32)
+        b = self._bias(bias, channels, in_scale) - zx * w.sum(axis=reduce)
+        if b.min(initial=0) < -(2**31) or b.max(initial=0) >= 2**31:
+            raise _Skip("the folded bias does not fit int32")
+        m = quant.multiplier(sx, w_scale, sy)
+        bshape = [1] * rank
+        bshape[c_axis] = channels
+        w8 = np.ascontiguousarray(w.astype(np.int8))
+        if conv:
+            acc = self._emit(self._conv(main, x, w8, zx))
+        else:
+            acc = self._emit(relax.op.matmul(x, relax.const(w8), out_dtype="int32"))
+        if np.any(b):
+            acc = self._emit(relax.op.add(acc, relax.const(b.astype(np.int32).reshape(bshape))))
+        scaled = self._emit(relax.op.multiply(self._emit(relax.op.astype(acc, "float32")),
+                                              relax.const(m.reshape(bshape))))
+        y = relax.op.quantize(scaled, relax.const(1.0, "float32"), relax.const(zy, out_dt.np.name), axis=c_axis,
+                              out_dtype=out_dt.np.name)
+        q_lo, q_hi = quant.clamp_bounds(out_dt, sy, zy, lo, hi)
+        if (q_lo, q_hi) != quant.qrange(out_dt):
+            y = relax.op.clip(self._emit(y), q_lo, q_hi)
+        return y
+
+    def _conv(self, conv: relax.Call, x: relax.Expr, w8: np.ndarray, zx: int) -> relax.Expr:
+        """The integer convolution; padding reads the input's zero point (an explicit ``nn.pad``)."""
+        attrs = conv.attrs
+        padding = [int(p) for p in attrs.padding]
+        if len(padding) == 2:
+            padding = padding * 2
+        layout = str(attrs.data_layout)
+        if zx != 0 and any(padding):
+            top, left, bottom, right = padding
+            width = {"N": (0, 0), "C": (0, 0), "H": (top, bottom), "W": (left, right)}
+            x = self._emit(relax.op.nn.pad(x, [p for a in layout for p in width[a]], pad_value=float(zx)))
+            padding = [0, 0, 0, 0]
+        return relax.op.nn.conv2d(
+            x, relax.const(w8), strides=attrs.strides, padding=padding, dilation=attrs.dilation,
+            groups=int(attrs.groups), data_layout=layout, kernel_layout=str(attrs.kernel_layout),
+            out_layout=str(attrs.out_layout or layout), out_dtype="int32")
+
+
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.QdqToInteger")
+def qdq_to_integer(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+    """Rewrite quantized conv2d / matmul / data-movement regions of a QDQ model into integer operators."""
+    return _QdqToInteger().visit_expr(func)

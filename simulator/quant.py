@@ -1,0 +1,95 @@
+"""The integer quantization rules, written once and evaluated by numpy and by TE alike.
+
+Requantisation turns an int32 accumulator into an 8-bit activation:
+
+    y = clip(round_half_to_even(float32(acc) * multiplier) + zero_point, lo, hi)
+
+with ``multiplier = float32(float32(s_x * s_w[c]) / s_y)`` per output channel. Every
+operation is in float32, in this order: this is what onnxruntime's integer kernels
+(QLinearConv, QLinearMatMul, and the QDQ fusions that produce them) compute, so a
+model quantized by its quantizer gives the same integers here. ``lo``/``hi`` are the
+output type's range, narrowed by a folded relu or clip (:func:`clamp_bounds`).
+
+The same formula is written against an :class:`Arith` (a handful of primitive
+operations), so the simulator's numerics (:data:`NUMPY`), the numpy references of
+the tests and the templates' TE compute (``tvm_npu.epilogue``) cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from tvm_npu.config import DType
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Arith(Generic[T]):
+    """The primitive operations the rules need, for one kind of value (arrays or TE expressions)."""
+
+    to_f32: Any  # (x) -> x as float32
+    mul: Any  # (a, b) -> a * b in the operands' float type
+    round_even: Any  # (x) -> nearest integer, ties to even, still float
+    add_const: Any  # (x, c: float) -> x + c
+    clip: Any  # (x, lo: float, hi: float) -> min(max(x, lo), hi)
+    cast: Any  # (x, dtype: DType) -> x converted (exact: x is an in-range integer)
+
+
+def qrange(dtype: DType) -> tuple[int, int]:
+    """The integer range of an 8-bit activation type."""
+    if not dtype.is_quantized:
+        raise ValueError(f"{dtype.np.name} is not a quantized type; accepted: int8, uint8")
+    info = np.iinfo(dtype.np)
+    return int(info.min), int(info.max)
+
+
+def requantize(acc: T, multiplier: T, zero_point: int, lo: int, hi: int, dtype: DType, ops: Arith[T]) -> T:
+    """int32 accumulator -> 8-bit value (see the module docstring)."""
+    scaled = ops.round_even(ops.mul(ops.to_f32(acc), multiplier))
+    # rounding first, then the zero point: the sum is exact (an integer-valued float32 of at
+    # most 2**24 in magnitude that matters; larger ones saturate either way)
+    return ops.cast(ops.clip(ops.add_const(scaled, float(zero_point)), float(lo), float(hi)), dtype)
+
+
+def multiplier(s_x: float | np.ndarray, s_w: float | np.ndarray, s_y: float | np.ndarray) -> np.ndarray:
+    """``float32(float32(s_x * s_w) / s_y)``, per output channel when ``s_w`` is a vector."""
+    f32 = np.float32
+    return np.asarray((np.asarray(s_x, f32) * np.asarray(s_w, f32)).astype(f32) / np.asarray(s_y, f32), f32)
+
+
+def quantize_value(value: float, scale: float, zero_point: int, dtype: DType) -> int:
+    """ONNX QuantizeLinear of one float (float32 division, ties to even, saturating)."""
+    lo, hi = qrange(dtype)
+    q = float(np.rint(np.float32(value) / np.float32(scale))) + zero_point
+    return int(min(max(q, lo), hi))
+
+
+def clamp_bounds(dtype: DType, scale: float, zero_point: int, lo: float | None, hi: float | None) -> tuple[int, int]:
+    """The output clamp of a requantisation that absorbs ``clip(x, lo, hi)`` (relu: ``lo=0``).
+
+    Quantization is monotone, so quantizing a clipped value equals clipping the quantized
+    value to the quantized bounds.
+    """
+    qmin, qmax = qrange(dtype)
+    q_lo = qmin if lo is None else max(qmin, quantize_value(lo, scale, zero_point, dtype))
+    q_hi = qmax if hi is None else min(qmax, quantize_value(hi, scale, zero_point, dtype))
+    return q_lo, q_hi
+
+
+def _np_cast(x: np.ndarray, dtype: DType) -> np.ndarray:
+    return x.astype(dtype.np)
+
+
+#: The rules on numpy arrays (float32 throughout, as the formula states).
+NUMPY: Arith[np.ndarray] = Arith(
+    to_f32=lambda x: np.asarray(x).astype(np.float32),
+    mul=lambda a, b: np.multiply(a, np.asarray(b, np.float32), dtype=np.float32),
+    round_even=np.rint,
+    add_const=lambda x, c: x + np.float32(c),
+    clip=lambda x, lo, hi: np.clip(x, np.float32(lo), np.float32(hi)),
+    cast=_np_cast,
+)
