@@ -36,7 +36,7 @@ def kitchen_sink(hw: HardwareConfig) -> tuple[isa.Program, dict[str, np.ndarray]
     d3 = (64, 8, 1)
     shape = (4, 8, 8)
     b.emit(isa.VecBiasAdd(shape, acc, d3, acc, d3, g, 0, DType.INT32))
-    b.emit(isa.VecRequant(shape, q, d3, acc, d3, 1 << 20, 24, 3))
+    b.emit(isa.VecRequant(shape, q, d3, acc, d3, fa, (1, 0, 0), 3, -100, 120, DType.INT8))  # per-channel scales
     for op in sorted(isa.VecBinary.OPS):
         b.emit(isa.VecBinary(shape, g, d3, fa, d3, fa, (0, 0, 1), DType.FP32, op))
     for op in sorted(isa.VecUnary.OPS):

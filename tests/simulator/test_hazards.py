@@ -357,8 +357,9 @@ def test_accesses_describe_every_operand() -> None:
     dram, sram = isa.DmaStore(3, 10, 64, F32, (1, 2, 4), (0, 8, 1), (0, 4, 1)).accesses()
     assert (dram.space, dram.tensor, dram.base, dram.extent, dram.write) == (Space.DRAM, 3, 10, (10, 22), True)
     assert (sram.space, sram.extent, sram.read, sram.write) == (Space.SRAM, (64, 96), True, False)
-    req = isa.VecRequant((1, 1, 16), 0, (0, 0, 1), 64, (0, 0, 1), 1, 1, 0).accesses()
-    assert [a.dtype for a in req] == [I8, DType.INT32]
+    req = isa.VecRequant((1, 1, 16), 0, (0, 0, 1), 64, (0, 0, 1), 128, (0, 0, 0), 1, -128, 127, I8).accesses()
+    assert [a.dtype for a in req] == [I8, DType.INT32, DType.FP32]
+    assert req[2].strides == (0, 0, 0) and not req[2].distinct
     assert isa.Signal(Engine.VECTOR, 0).accesses() == () == isa.End().accesses()
     # codegen/sync.py reads its footprints from the same descriptions
     program, _ = kitchen_sink(hw)

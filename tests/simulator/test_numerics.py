@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sim_helpers import run_instruction, strided
 from tvm_npu.simulator import Engine, ProgramBuilder, Simulator, TensorKind, isa
 
@@ -14,7 +16,7 @@ from tvm_npu.config import ACCUMULATOR, DType, HardwareConfig
 HW = HardwareConfig()
 ALL = list(DType)
 FLOATS = [DType.FP16, DType.FP32]
-TENSOR_TYPES = [DType.INT8, DType.FP16, DType.FP32]
+TENSOR_TYPES = [DType.INT8, DType.UINT8, DType.FP16, DType.FP32]
 # SRAM addresses of up to four operands, far enough apart for every test tile
 A0, A1, A2, A3 = 0x00000, 0x10000, 0x20000, 0x30000
 Op = isa.Opcode
@@ -28,8 +30,10 @@ def rand(rng: np.random.Generator, shape: tuple[int, ...], dtype: DType, lo: int
 
 
 def wrap(x: np.ndarray, dtype: DType) -> np.ndarray:
-    """Two's-complement wrap of exact integers into ``dtype``."""
+    """Two's-complement wrap of exact integers into ``dtype`` (modulo for unsigned types)."""
     bits = 8 * dtype.itemsize
+    if np.iinfo(dtype.np).min == 0:
+        return (x.astype(object) % 2**bits).astype(dtype.np)
     return (((x.astype(object) + 2 ** (bits - 1)) % 2**bits) - 2 ** (bits - 1)).astype(dtype.np)
 
 
@@ -73,12 +77,12 @@ def test_matmul(dtype: DType, accumulate: bool) -> None:
     rng = np.random.default_rng(2)
     m, n, k = 5, 7, 19
     acc = ACCUMULATOR[dtype]
-    a = rand(rng, (m, k), dtype)
-    bt = rand(rng, (n, k), dtype)  # B stored transposed: B[k, n] at n * K + k
+    a = rand(rng, (m, k), dtype, -128, 255)
+    bt = rand(rng, (n, k), dtype.weight, -128, 127)  # B stored transposed: B[k, n] at n * K + k
     c0 = rand(rng, (m, n), acc)
     instr = isa.MatMul(A0, (k, 1), A1, (1, k), A2, (n, 1), m, n, k, dtype, accumulate)
     got = run_instruction(HW, instr, [(A0, a), (A1, bt), (A2, c0)], A2, acc, m * n).reshape(m, n)
-    if dtype == DType.INT8:
+    if not dtype.is_float:
         exact = a.astype(object) @ bt.T.astype(object) + (c0.astype(object) if accumulate else 0)
         np.testing.assert_array_equal(got, wrap(np.array(exact), DType.INT32))
     else:
@@ -105,6 +109,7 @@ def conv_ref(
     pads: tuple[int, int],
     groups: int,
     out_hw: tuple[int, int],
+    pad_value: int = 0,
 ) -> np.ndarray:
     """Direct definition of isa.Conv in exact arithmetic (object ints or float64)."""
     _, h, wd = x.shape
@@ -121,8 +126,8 @@ def conv_ref(
                     for ky in range(kh):
                         for kx in range(kw):
                             iy, ix = y * sh + ky * dh - pt, xx * sw + kx * dw - pl
-                            if 0 <= iy < h and 0 <= ix < wd:
-                                s += x[g * cin_g + i, iy, ix] * w[o, i, ky, kx]
+                            inside = 0 <= iy < h and 0 <= ix < wd
+                            s += (x[g * cin_g + i, iy, ix] if inside else pad_value) * w[o, i, ky, kx]
                 out[o, y, xx] = s
     return out
 
@@ -146,17 +151,18 @@ def test_conv(dtype: DType, case: str) -> None:
     oh = (pt + h + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (pl + w + pr - (kw - 1) * dw - 1) // sw + 1
     acc = ACCUMULATOR[dtype]
-    x = rand(rng, (c, h, w), dtype)
-    wt = rand(rng, (o, c // g, kh, kw), dtype)
+    x = rand(rng, (c, h, w), dtype, -128, 255)
+    wt = rand(rng, (o, c // g, kh, kw), dtype.weight, -128, 127)
     c0 = rand(rng, (o, oh, ow), acc)
+    pad_value = {DType.INT8: -7, DType.UINT8: 131}.get(dtype, 0)  # a zero point
     for accumulate in (False, True):
         instr = isa.Conv(
             A0, (h * w, w, 1), c, h, w, A1, (c // g * kh * kw, kh * kw, kw, 1), A2, (oh * ow, ow, 1),
-            o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, g, dtype, accumulate,
+            o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, g, dtype, accumulate, pad_value,
         )  # fmt: skip
         got = run_instruction(HW, instr, [(A0, x), (A1, wt), (A2, c0)], A2, acc, o * oh * ow).reshape(o, oh, ow)
-        if dtype == DType.INT8:
-            ref = conv_ref(x.astype(object), wt.astype(object), (sh, sw), (dh, dw), (pt, pl), g, (oh, ow))
+        if not dtype.is_float:
+            ref = conv_ref(x.astype(object), wt.astype(object), (sh, sw), (dh, dw), (pt, pl), g, (oh, ow), pad_value)
             ref = wrap(ref + (c0.astype(object) if accumulate else 0), DType.INT32)
             np.testing.assert_array_equal(got, ref)
         else:
@@ -223,7 +229,7 @@ def test_vec_unary(dtype: DType, op: isa.Opcode) -> None:
 @pytest.mark.parametrize("dtype", ALL)
 def test_vec_clip(dtype: DType) -> None:
     x = rand(np.random.default_rng(6), SHAPE, dtype)
-    lo, hi = (-2.5, 3.0) if dtype.is_float else (-20.0, 6.0)
+    lo, hi = (-2.5, 3.0) if dtype.is_float else (2.0, 60.0) if dtype == DType.UINT8 else (-20.0, 6.0)
     instr = isa.VecClip(SHAPE, A1, DENSE, A0, DENSE, dtype, lo, hi)
     got = run_instruction(HW, instr, [(A0, x)], A1, dtype, N).reshape(SHAPE)
     ref = [min(max(float(v), lo), hi) for v in x.ravel()]
@@ -256,16 +262,41 @@ def test_vec_bias_add(dtype: DType, axis: int) -> None:
     np.testing.assert_array_equal(got, ref)
 
 
-@pytest.mark.parametrize(("multiplier", "shift", "zero_point"), [(1 << 30, 31, 0), (1518500250, 37, -5), (3, 0, 7)])
-def test_vec_requant(multiplier: int, shift: int, zero_point: int) -> None:
-    rng = np.random.default_rng(9)
+def requant_ref(acc: int, m: float, zero_point: int, lo: int, hi: int) -> int:
+    """One element, written independently of the simulator: float32 product, ties to even, clamp."""
+    product = float(np.float32(np.float32(acc) * np.float32(m)))
+    return max(lo, min(hi, round(product) + zero_point))  # Python's round: half to even
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([DType.INT8, DType.UINT8]),
+       per_channel=st.booleans(), zero_point=st.integers(-128, 255), log_scale=st.floats(-12, 2),
+       narrow=st.integers(0, 100))
+def test_vec_requant(seed: int, dtype: DType, per_channel: bool, zero_point: int, log_scale: float,
+                     narrow: int) -> None:
+    rng = np.random.default_rng(seed)
+    qmin, qmax = int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max)
+    zero_point = min(max(zero_point, qmin), qmax)
+    lo, hi = qmin + narrow // 2, qmax - narrow // 3  # a folded relu / clip narrows the clamp
     x = rng.integers(-(2**31), 2**31 - 1, SHAPE, endpoint=True).astype(np.int32)
-    x.flat[:6] = [0, -1, 1, 2**31 - 1, -(2**31), 255]
-    instr = isa.VecRequant(SHAPE, A1, DENSE, A0, DENSE, multiplier, shift, zero_point)
-    got = run_instruction(HW, instr, [(A0, x)], A1, DType.INT8, N).reshape(SHAPE)
-    rounding = (1 << shift) >> 1
-    ref = [max(-128, min(127, ((int(v) * multiplier + rounding) >> shift) + zero_point)) for v in x.ravel()]
-    np.testing.assert_array_equal(got, np.array(ref, np.int8).reshape(SHAPE))
+    x.flat[:7] = [0, -1, 1, 2**31 - 1, -(2**31), 255, 2**24 + 1]
+    x.flat[7:15] = np.arange(-4, 4) * 2 ** max(0, int(-log_scale))  # values near the rounding ties
+    m = (2.0 ** rng.uniform(log_scale - 1, log_scale + 1, SHAPE[1] if per_channel else 1)).astype(np.float32)
+    m_strides = (0, 1, 0) if per_channel else (0, 0, 0)
+    instr = isa.VecRequant(SHAPE, A2, DENSE, A0, DENSE, A1, m_strides, zero_point, lo, hi, dtype)
+    got = run_instruction(HW, instr, [(A0, x), (A1, m)], A2, dtype, N).reshape(SHAPE)
+    mm = np.broadcast_to(m.reshape(1, -1, 1) if per_channel else m.reshape(1, 1, 1), SHAPE)
+    ref = [requant_ref(int(v), float(s), zero_point, lo, hi) for v, s in zip(x.ravel(), mm.ravel(), strict=True)]
+    np.testing.assert_array_equal(got, np.array(ref, dtype.np).reshape(SHAPE))
+
+
+def test_requant_ties_round_to_even() -> None:
+    """0.5, 1.5, 2.5, -0.5, -1.5 -> 0, 2, 2, 0, -2: the rule onnxruntime's integer kernels use."""
+    x = np.array([1, 3, 5, -1, -3, 0], np.int32)
+    m = np.array([0.5], np.float32)
+    instr = isa.VecRequant((1, 1, 6), A2, (6, 6, 1), A0, (6, 6, 1), A1, (0, 0, 0), 0, -128, 127, DType.INT8)
+    got = run_instruction(HW, instr, [(A0, x), (A1, m)], A2, DType.INT8, 6)
+    np.testing.assert_array_equal(got, [0, 2, 2, 0, -2, 0])
 
 
 def _cast_ref(v: float | int, src: DType, dst: DType) -> object:

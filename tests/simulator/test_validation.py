@@ -73,6 +73,11 @@ def vec(cls: type, **kw: object) -> isa.Instruction:
     return cls(**{**base, **kw})
 
 
+def requant(**kw: object) -> isa.Instruction:
+    base = dict(scale_addr=512, scale_strides=(0, 0, 0), zero_point=0, lo=-128, hi=127, dst_dtype=I8)
+    return vec(isa.VecRequant, **{**base, **kw})
+
+
 # (instruction, field named in the error, a word of the rule)
 CASES: dict[str, tuple[Callable[[], isa.Instruction], str, str]] = {
     "dma_bad_tensor": (lambda: load(t=7), "tensor", "not in the program"),
@@ -114,11 +119,15 @@ CASES: dict[str, tuple[Callable[[], isa.Instruction], str, str]] = {
     "scale_int": (lambda: vec(isa.VecScale, dtype=I32, scale=1.0, shift=0.0), "dtype", "float"),
     "scale_inf": (lambda: vec(isa.VecScale, dtype=F32, scale=math.inf, shift=0.0), "scale", "finite"),
     "bias_axis": (lambda: vec(isa.VecBiasAdd, bias_addr=512, axis=3, dtype=F32), "axis", "0, 1 or 2"),
-    "requant_shift": (lambda: vec(isa.VecRequant, multiplier=1, shift=63, zero_point=0), "shift", "0..62"),
-    "requant_zero_point": (lambda: vec(isa.VecRequant, multiplier=1, shift=1, zero_point=200), "zero_point",
-                           "INT8"),
-    "requant_src_misaligned": (lambda: vec(isa.VecRequant, src_addr=258, multiplier=1, shift=1, zero_point=0),
-                               "src_addr", "misaligned"),
+    "requant_dst_type": (lambda: requant(dst_dtype=I32), "dst_dtype", "INT8 or UINT8"),
+    "requant_zero_point": (lambda: requant(zero_point=200), "zero_point", "INT8"),
+    "requant_uint8_lo": (lambda: requant(lo=-1, hi=255, dst_dtype=DType.UINT8), "lo", "UINT8"),
+    "requant_reversed": (lambda: requant(lo=5, hi=4), "lo", "greater"),
+    "requant_src_misaligned": (lambda: requant(src_addr=258), "src_addr", "misaligned"),
+    "requant_scale_out_of_bounds": (lambda: requant(scale_addr=TOP - 4, scale_strides=D3), "scale_addr",
+                                    "out of bounds"),
+    "conv_pad_value_float": (lambda: conv(in_dtype=F32, pad_value=1), "pad_value", "must be 0"),
+    "conv_pad_value_range": (lambda: conv(in_dtype=DType.UINT8, pad_value=-1), "pad_value", "UINT8"),
     "cast_dst_out_of_bounds": (lambda: vec(isa.VecCast, dst_addr=TOP - 8, src_dtype=I8, dst_dtype=F32),
                                "dst_addr", "out of bounds"),
     "pool_pad": (lambda: pool(pad_left=2), "pad_left", "smaller than the kernel"),
