@@ -428,6 +428,8 @@ class OperatorEmitter:
             opcode = RULES[step.kind].opcode
             if step.kind == EpiKind.CLIP:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
+            elif step.kind == EpiKind.CAST:
+                instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
             elif step.kind == EpiKind.REQUANT:
                 _, x_st = pad3(inner, 2)
                 zero_point, lo, hi = step.ints

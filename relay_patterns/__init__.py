@@ -7,6 +7,15 @@ Importing this package registers the pattern table for the default target, so
 from .canonicalize import canonicalize_passes
 from .extract import ExtractedOp, extract_from_context, extract_op
 from .patterns import HostFallbackWarning, make_check, pattern_table
+from .precision import fp16_accumulate, precision_passes
+from .quantized import qdq_to_integer
+
+
+def semantic_passes() -> list:
+    """The rewrites that fix what a model computes (integer kernels for QDQ regions, fp32
+    accumulation for fp16 operators): the NPU build and the llvm reference both run them."""
+    return [qdq_to_integer, fp16_accumulate]
+
 
 __all__ = [
     "ExtractedOp",
@@ -16,4 +25,6 @@ __all__ = [
     "extract_op",
     "make_check",
     "pattern_table",
+    "precision_passes",
+    "semantic_passes",
 ]

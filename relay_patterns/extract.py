@@ -353,7 +353,7 @@ def _channel_layout(rank: int, axis: int) -> str:
 def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilogue:
     """Turn a step's operand into a DRAM tensor: per-channel vector or a tensor of the output's shape."""
     if step.operand is None:
-        return Epilogue(step.kind, lo=step.lo, hi=step.hi)
+        return Epilogue(step.kind, lo=step.lo, hi=step.hi, dtype=step.dtype)
     if step.kind == EpiKind.REQUANT:
         arr = const_array(step.operand)
         if _broadcast_axis(tuple(arr.shape), out.shape) not in (None, axis):
@@ -393,6 +393,12 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
         if op == "relax.quantize":
             step, inner = _requant_step(call, region)
             steps.append(step)
+            call = inner
+        elif op == "relax.astype":
+            steps.append(_Step(EpiKind.CAST, dtype=_dtype(call.attrs.dtype)))
+            inner = region.call(call.args[0])
+            if inner is None:
+                return None, call.args[0], steps[::-1]
             call = inner
         elif kind is not None and not kind.binary:
             lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
@@ -485,26 +491,28 @@ def check_padding(spec: OpSpec) -> None:
 
 
 def _check_dtypes(spec: OpSpec, acc: DType) -> None:
-    """float32 everywhere; or 8-bit conv2d / matmul (int8 or uint8 activations, int8 weights) with an
-    int32 accumulator, requantised to 8 bits or not; or 8-bit max pooling. ``acc`` is the main
-    operator's result type (the epilogue may change it)."""
+    """What the NPU computes in: float32 or float16 (with a float32 accumulator for conv2d /
+    matmul, cast to float16 by the epilogue); 8-bit conv2d / matmul (int8 or uint8 activations,
+    int8 weights) with an int32 accumulator, requantised to 8 bits or not; 8-bit max pooling.
+    ``acc`` is the main operator's result type (the epilogue may change it)."""
     if isinstance(spec, Conv2dSpec | MatmulSpec):
         data, weight = (spec.data, spec.weight) if isinstance(spec, Conv2dSpec) else (spec.a, spec.b)
         ok = (data.dtype, weight.dtype, acc) in ((DType.FP32, DType.FP32, DType.FP32),
+                                                  (DType.FP16, DType.FP16, DType.FP32),
                                                   (DType.INT8, DType.INT8, DType.INT32),
                                                   (DType.UINT8, DType.INT8, DType.INT32))
         if not ok:
             raise ValueError(f"{spec.name} with {data.dtype.np.name} x {weight.dtype.np.name} operands and "
                              f"{acc.np.name} result is not supported; accepted: float32 x float32 -> float32, "
-                             "int8/uint8 x int8 -> int32")
+                             "float16 x float16 -> float32, int8/uint8 x int8 -> int32")
         if isinstance(spec, Conv2dSpec) and spec.pad_value and not data.dtype.is_quantized:
             raise ValueError(f"conv2d padding with {spec.pad_value} is supported for 8-bit inputs only")
     elif isinstance(spec, PoolSpec) and spec.kind == PoolKind.MAX and spec.data.dtype.is_quantized:
         if acc != spec.data.dtype:
             raise ValueError("max pooling must keep its input type")
-    elif spec.data.dtype != DType.FP32 or acc != DType.FP32:
-        raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32 (and "
-                         "int8/uint8 for max pooling)")
+    elif not spec.data.dtype.is_float or acc != spec.data.dtype:
+        raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32, float16 "
+                         "(and int8/uint8 for max pooling)")
     value = acc
     for step in spec.epilogue:
         check_dtype(step, value)
@@ -526,7 +534,7 @@ def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
         if dref.shape != out_shape:
             raise ValueError(f"elementwise input {dref.shape} is broadcast to {out_shape}")
         name = call.op.name.rsplit(".", 1)[-1]
-        spec: OpSpec = ElementwiseSpec(name, TensorRef(out_name, out_shape, out_dtype, layout), data=dref)
+        spec: OpSpec = ElementwiseSpec(name, TensorRef(out_name, out_shape, dref.dtype, layout), data=dref)
     else:
         spec = _MAIN_OPS[main.op.name](main, region, out_name)
         if spec.out.shape != out_shape:

@@ -92,6 +92,11 @@ def _int8_variants(fusion: int) -> list[tuple[bool, bool, bool]]:
     return sorted(variants, key=lambda v: -sum(v))
 
 
+def _narrowed(op: DFPattern) -> DFPattern:
+    """The operator, or its fp32 accumulator cast to fp16 (the form of fp16 models)."""
+    return is_op("relax.astype")(op) | op
+
+
 def _variant_name(op: str, bias: bool, residual: bool, act: str | None) -> str:
     parts = [op, "bias" if bias else "", "add" if residual else "", act or ""]
     return f"{PREFIX}." + "_".join(p for p in parts if p)
@@ -164,10 +169,10 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
     add(f"{PREFIX}.conv2d_pad", is_op("relax.nn.conv2d")(is_op("relax.nn.pad")(wildcard()), wildcard()))
     variants = _epilogue_variants(target.options.fusion)
     for bias, residual, act in variants:
-        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        conv = _narrowed(is_op("relax.nn.conv2d")(wildcard(), wildcard()))
         add(_variant_name("conv2d", bias, residual, act), _with_epilogue(conv, bias, residual, act))
         b = is_op("relax.permute_dims")(is_const()) | wildcard()
-        matmul = is_op("relax.matmul")(wildcard(), b)
+        matmul = _narrowed(is_op("relax.matmul")(wildcard(), b))
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
     for name, op in POOLS.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
@@ -175,6 +180,7 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(f"{PREFIX}.{name}", is_op(op)(wildcard(), wildcard()))
     for name in ACTIVATIONS:
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
+    add(f"{PREFIX}.astype", is_op("relax.astype")(wildcard()))  # fp32 <-> fp16 where precisions meet
     return table
 
 

@@ -140,7 +140,8 @@ class _QdqToInteger(relax.PyExprMutator):
         dt = _dtype(dq.args[0])
         if dt is None or not dt.is_quantized:
             raise _Skip(f"the {what} is {dq.args[0].ty.dtype}; accepted: int8, uint8")
-        return dq.args[0], float(_scalar(dq.args[1], f"{what} scale")), int(_scalar(dq.args[2], f"{what} zero point")), dt
+        scale, zero_point = _scalar(dq.args[1], f"{what} scale"), _scalar(dq.args[2], f"{what} zero point")
+        return dq.args[0], float(scale), int(zero_point), dt
 
     def _same_scale(self, q: relax.Call, main: relax.Call | None) -> relax.Expr:
         """``quantize(op(dequantize(x...)))`` with equal parameters -> ``op(x...)``."""

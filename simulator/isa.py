@@ -225,10 +225,11 @@ class MatMul:
     """``C[m, n] (+)= sum_k A[m, k] * B[k, n]`` in the accumulator type of ``in_dtype``.
 
     ``in_dtype`` is A's type; B has the same type, except that an 8-bit A (int8 or
-    uint8) multiplies int8 B (``DType.weight``). fp32 and fp16 products are summed in the array's wide internal accumulator and the
-    tile's sum is rounded once to the fp32 accumulator (so a result does not depend on
-    its position in the tile); int8 products are summed in int32 with two's-complement
-    wrap-around. The tile's sum is added to C once (``accumulate``) or overwrites it.
+    uint8) multiplies int8 B (``DType.weight``). fp32 and fp16 products are summed in
+    the array's wide internal accumulator and the tile's sum is rounded once to the fp32
+    accumulator (so a result does not depend on its position in the tile); 8-bit
+    products are summed in int32 with two's-complement wrap-around. The tile's sum is
+    added to C once (``accumulate``) or overwrites it.
     """
 
     a_addr: int

@@ -274,14 +274,13 @@ class Conv2d(OpKind):
         outer_b = tile.order == Order.B_STATIONARY
         s = tile.stages if p.pipelined else 1
         isz = spec.data.dtype.itemsize
-        asz = ACCUMULATOR[spec.data.dtype].itemsize
         out_tile = tile.tg * tile.toc * tile.toh * tile.tow
         data_v = s if (streamed_rc or outer_b) else 1
         w_v = s if (streamed_rc or not outer_b) else 1
         out_v = 1 if streamed_rc else (2 if s > 1 else 1)
         buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * tile.tg * tile.toc * tic * kh * kw * isz]
-        buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, asz, 1 if streamed_rc else s, out_v,
-                                  streamed_rc)
+        buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, ACCUMULATOR[spec.data.dtype],
+                                  1 if streamed_rc else s, out_v, streamed_rc)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model

@@ -32,7 +32,7 @@ from tvm_npu.simulator import timing
 from tvm_npu.simulator.builder import row_major
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
-from tvm_npu.epilogue import step_cycles
+from tvm_npu.epilogue import result_dtype, step_cycles
 from tvm_npu.ops import Broadcast, OpSpec, TensorRef
 
 from .dma import copy_plan, pad3, split_outer
@@ -289,16 +289,27 @@ def chain(stages: Sequence[tuple[int, int]]) -> list[int]:
     return out
 
 
-def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, asz: int, operand_v: int, out_v: int,
+def step_itemsizes(spec: OpSpec, first: DType) -> list[int]:
+    """Element size of every epilogue step's result, starting from a value of type ``first``
+    (a requantisation or a cast changes it)."""
+    sizes, value = [], first
+    for step in spec.epilogue:
+        value = result_dtype(step, value)
+        sizes.append(value.itemsize)
+    return sizes
+
+
+def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, acc: DType, operand_v: int, out_v: int,
                     own_output: bool = False) -> list[int]:
     """Accumulator, epilogue stages, final output buffer and epilogue operands.
 
-    ``own_output``: the template gives the result a buffer of its own even when it has
-    the accumulator's shape (streamed reductions).
+    ``acc`` is the accumulator type; ``own_output``: the template gives the result a
+    buffer of its own even when it has the accumulator's shape (streamed reductions).
     """
     n_epi = len(spec.epilogue)
+    asz = acc.itemsize
     if n_epi:
-        steps = [(1, out_elems * asz)] * n_epi
+        steps = [(1, out_elems * asz)] + [(1, out_elems * isz) for isz in step_itemsizes(spec, acc)[:-1]]
         buffers = chain(steps)
         final = (out_v, out_elems * spec.out.dtype.itemsize)
         if own_output or final != steps[-1]:

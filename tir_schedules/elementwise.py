@@ -18,7 +18,7 @@ from tvm_npu.tiles import EltwiseTile
 
 from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
 from .contract import SRAM_SCOPE, Role, SiteKind
-from .cost import Copy, Pipelining, Step, axis_tiles, chain, copy_cost, tile_extents, vector_cycles
+from .cost import Copy, Pipelining, Step, axis_tiles, chain, copy_cost, step_itemsizes, tile_extents, vector_cycles
 from .cost import ceil_div as _ceil
 from .kind import OpKind, register
 
@@ -123,10 +123,10 @@ class Elementwise(OpKind):
         chan = _channel(spec)
         elems = math.prod(tile.tiles)
         isz = spec.data.dtype.itemsize
-        n_epi = len(spec.epilogue)
         # the loaded data is worked on in place only when not pipelined (see the template)
         buffers = [s * elems * isz] if s > 1 else []
-        buffers += chain([(1, elems * isz)] * (n_epi - 1 if s > 1 else n_epi)
+        stage_sizes = [isz, *step_itemsizes(spec, spec.data.dtype)[:-1]]  # each step's input
+        buffers += chain([(1, elems * z) for z in (stage_sizes[1:] if s > 1 else stage_sizes)]
                          + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)])
         for i, e in enumerate(spec.epilogue):
             if e.operand is not None and not (i == 0 and _first_reads_data(spec)):

@@ -133,12 +133,12 @@ class Matmul(OpKind):
         streamed_k = p.streamed_reduction
         order = effective_order(spec, tile)
         s = tile.stages if p.pipelined else 1
-        isz, asz = spec.a.dtype.itemsize, ACCUMULATOR[spec.a.dtype].itemsize
+        isz, acc = spec.a.dtype.itemsize, ACCUMULATOR[spec.a.dtype]
         a_v = s if (streamed_k or order == Order.B_STATIONARY) else 1
         b_v = s if (streamed_k or order == Order.A_STATIONARY) else 1
         out_v = 1 if streamed_k else (2 if s > 1 else 1)
         buffers = [a_v * tile.tm * tk * isz, b_v * tk * tile.tn * isz]
-        buffers += epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, asz, 1 if streamed_k else s, out_v, streamed_k)
+        buffers += epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, acc, 1 if streamed_k else s, out_v, streamed_k)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model

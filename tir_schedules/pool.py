@@ -159,7 +159,7 @@ class Pool(OpKind):
         isz = spec.data.dtype.itemsize
         out_tile = tile.tc * tile.toh * tile.tow
         buffers = [s * tile.tc * rows * cols * isz]
-        buffers += epilogue_sizes(spec, out_tile, tile.tc, isz, s, 2 if s > 1 else 1)
+        buffers += epilogue_sizes(spec, out_tile, tile.tc, spec.data.dtype, s, 2 if s > 1 else 1)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model

@@ -152,21 +152,35 @@ class Layout(enum.Enum):
     AUTO = "auto"
 
 
+class Precision(enum.Enum):
+    """The type NPU partitions compute in: the model's own, or fp16 for an fp32 model."""
+
+    MODEL = "model"
+    FP16 = "fp16"
+
+
 @dataclass(frozen=True)
 class CompilerOptions:
     """How the compiler uses the hardware; every field is a ``-key=value`` target option."""
 
     pipeline_stages: int = _field(2, 1, 3, "SRAM buffers per streamed operand (1 none, 2 double, 3 triple buffering)")
-    layout_pref: Layout = _field(Layout.AUTO, doc="activation layout: NCHW, NHWC or auto (planner decides)")  # noqa: RUF009 - an immutable enum default
+    layout_pref: Layout = _field(Layout.AUTO, doc="activation layout: NCHW, NHWC or auto (planner decides)",  # noqa: RUF009 - an immutable enum default
+                                 enum=Layout)
     fusion: int = _field(1, 0, 2, "0 every op to DRAM, 1 fuse epilogues in SRAM, "
                                   "2 also keep small intermediates on chip")
     tile_min: int = _field(1, 1, 1 << 20, "smallest tile extent the tile search considers")
     tile_max: int = _field(4096, 1, 1 << 20, "largest tile extent the tile search considers")
+    precision: Precision = _field(Precision.MODEL, enum=Precision,  # noqa: RUF009 - an immutable enum default
+                                  doc="model: compute in the model's types; fp16: run an fp32 model's NPU "
+                                      "operators in fp16 (fp32 accumulation, casts where they meet the host)")
 
     def __post_init__(self) -> None:
         _validate_ranges(self)
-        if not isinstance(self.layout_pref, Layout):
-            raise ValueError(f"-layout-pref={self.layout_pref!r} is invalid; accepted: NCHW|NHWC|auto")
+        for f in fields(self):
+            kind = f.metadata.get("enum")
+            if kind is not None and not isinstance(getattr(self, f.name), kind):
+                accepted = "|".join(x.value for x in kind)
+                raise ValueError(f"-{_key(f.name)}={getattr(self, f.name)!r} is invalid; accepted: {accepted}")
         if self.tile_min > self.tile_max:
             raise ValueError(
                 f"-tile-min={self.tile_min} is larger than -tile-max={self.tile_max}; "
@@ -217,11 +231,12 @@ _KEYS: dict[str, tuple[type, dataclasses.Field]] = {
 
 
 def _convert(key: str, f: dataclasses.Field, text: str) -> Any:
-    if f.type in ("Layout", Layout):
-        for layout in Layout:
-            if text.lower() == layout.value.lower():
-                return layout
-        accepted = "|".join(x.value for x in Layout)
+    kind = f.metadata.get("enum")
+    if kind is not None:
+        for value in kind:
+            if text.lower() == value.value.lower():
+                return value
+        accepted = "|".join(x.value for x in kind)
         raise ValueError(f"invalid value {text!r} for target key -{key}; accepted: {accepted}")
     try:
         return int(text, 0)

@@ -2,7 +2,8 @@
 
     import      ONNX model or file -> Relax (tvm.relax.frontend.onnx)
     bind        user parameters -> constants (relax.transform.BindParams)
-    canonicalize  constant folding, batch-norm folding, ONNX Sum -> add
+    canonicalize  QDQ regions -> integer operators, constant folding, batch-norm folding, ONNX Sum -> add
+    precision   fp16 operators accumulate in fp32; -precision=fp16 converts an fp32 model (ToMixedPrecision)
     layout      activation layout planning (relay_patterns.layout): ConvertLayout
     fold-layout transforms next to conv2d / pooling folded into them (DMA through strides)
     partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions; host operators
@@ -35,7 +36,7 @@ from tvm import relax
 import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.plan import PLAN_ATTR, PartitionPlan
-from tvm_npu.relay_patterns import canonicalize_passes, pattern_table
+from tvm_npu.relay_patterns import canonicalize_passes, pattern_table, precision_passes, semantic_passes
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
     count_transforms,
@@ -76,7 +77,9 @@ def load_model(model: Model) -> tvm.IRModule:
         raise ValueError("the ONNX model has an empty graph")
     from tvm.relax.frontend.onnx import from_onnx
 
-    return from_onnx(model, keep_params_in_input=False)
+    from tvm_npu.qoperator import to_qdq  # QOperator nodes (QLinearConv, ...) become QDQ, which TVM imports
+
+    return from_onnx(to_qdq(model), keep_params_in_input=False)
 
 
 def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRModule]:
@@ -139,6 +142,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
     return [
         Stage("bind", _bind(params)),
         Stage("canonicalize", _seq(canonicalize_passes())),
+        Stage("precision", _seq(precision_passes(target.options.precision))),
         Stage("layout", lambda mod: plan_layouts(mod, target)),
         Stage("fold-layout", _seq([fold_layout_transforms, relax.transform.FoldConstant()])),
         Stage("partition", _seq([
@@ -348,6 +352,12 @@ def host_target() -> tvm.target.Target:
 
 
 def build_reference(model: Model, *, params: Mapping[str, Any] | None = None) -> relax.VMExecutable:
-    """The same model built for llvm only: the numerical reference and the speed baseline."""
-    mod = _bind(params)(load_model(model))
+    """The same model built for llvm only: the numerical reference and the speed baseline.
+
+    It computes what the NPU build computes: QDQ regions as integer kernels (the semantics of
+    onnxruntime's quantized operators, not TVM's fp32 emulation of them) and fp16 operators
+    with fp32 accumulation (:func:`~tvm_npu.relay_patterns.semantic_passes`). An fp32 model
+    compiled with ``-precision=fp16`` is compared with this fp32 reference.
+    """
+    mod = _seq(semantic_passes())(_bind(params)(load_model(model)))
     return relax.build(mod, target=host_target())

@@ -87,6 +87,8 @@ _RULES = (
     EpiRule(EpiKind.GELU, "relax.nn.gelu", _gelu, isa.Opcode.VGELU, float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
+    # matched as relax.astype between float types (relay_patterns.extract)
+    EpiRule(EpiKind.CAST, None, lambda x, _y, s: x.astype(s.dtype.np.name), isa.Opcode.VCAST),
 )
 
 #: The table, by kind.
@@ -116,6 +118,10 @@ def check_dtype(step: Epilogue, out: DType) -> None:
                              f"{step.dtype.np.name if step.dtype else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
+    elif step.kind == EpiKind.CAST:
+        if not out.is_float or step.dtype is None or not step.dtype.is_float:
+            raise ValueError(f"a cast from {out.np.name} to {step.dtype.np.name if step.dtype else '?'} is not "
+                             "supported; accepted: between float32 and float16")
     elif step.operand is not None and step.operand.dtype != out:
         raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
 

@@ -30,6 +30,7 @@ class EpiKind(enum.Enum):
     TANH = "tanh"
     GELU = "gelu"
     REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
+    CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
 
     @property
     def binary(self) -> bool:
