@@ -21,6 +21,9 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17"]},
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17", "onnxconverter-common>=1.16"],
+        "quantize": ["onnxruntime>=1.17"],
+    },
     entry_points={"console_scripts": ["tvm-npu=tvm_npu.cli:main"]},
 )

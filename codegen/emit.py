@@ -430,6 +430,11 @@ class OperatorEmitter:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
             elif step.kind == EpiKind.CAST:
                 instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
+            elif step.kind == EpiKind.QADD:
+                _, x_st = pad3(inner, 2)
+                lo, hi = step.ints
+                instr = isa.VecQAdd(shape, dst, dst_st, src, src_st, self._sram_addr(other[1], x_off + offs[2]),
+                                    x_st, *step.floats, lo, hi, DType.from_str(s.dtype), dtype)
             elif step.kind == EpiKind.REQUANT:
                 _, x_st = pad3(inner, 2)
                 zero_point, lo, hi = step.ints

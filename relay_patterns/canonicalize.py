@@ -175,6 +175,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
     """The Relax clean-up that runs before partitioning, in order (QDQ first: constant folding
     would turn the 8-bit weights into fp32 ones)."""
     return [
+        simplify_reduce_of_stack,  # first: a quantized residual Sum is an add for the QDQ rewrite
         qdq_to_integer,
         relax.transform.FoldConstant(),
         remove_dropout,

@@ -66,6 +66,7 @@ class _Step:
     hi: float = 0.0
     ints: tuple[int, ...] = ()
     dtype: DType | None = None
+    floats: tuple[float, ...] = ()
 
 
 class _Region:
@@ -380,7 +381,7 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
     ref = region.ref(step.operand, out.layout)
     if ref.shape != out.shape:
         raise ValueError(f"non-constant operand of shape {ref.shape} must have the output's shape {out.shape}")
-    return Epilogue(step.kind, ref)
+    return Epilogue(step.kind, ref, ints=step.ints, dtype=step.dtype, floats=step.floats)
 
 
 def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, relax.Expr | None, list[_Step]]:
@@ -390,6 +391,10 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
     while True:
         op = call.op.name
         kind = BY_RELAX_OP.get(op)
+        if op == "relax.quantize" and _is_rescaled_add(call, region):
+            step, data = _qadd_step(call, region)
+            steps.append(step)
+            return None, data, steps[::-1]
         if op == "relax.quantize":
             step, inner = _requant_step(call, region)
             steps.append(step)
@@ -429,10 +434,8 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
 def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]:
     """``quantize(astype(acc, float32) * m, scale=1, zero_point)`` (the requantisation form of
     :mod:`.quantized`) -> the REQUANT step and the call computing ``acc``."""
-    data, scale, zero_point = call.args
-    if not isinstance(scale, GenericConst) or const_array(scale).size != 1 or float(const_array(scale)) != 1.0:
-        raise ValueError("quantize with a scale other than 1 is not a requantisation")
-    mul = region.call(data)
+    dtype, zero_point = _unit_quantize(call)
+    mul = region.call(call.args[0])
     if mul is None or mul.op.name != "relax.multiply" or not isinstance(mul.args[1], GenericConst):
         raise ValueError("quantize of anything but astype(acc) * multipliers is not a requantisation")
     cast = region.call(mul.args[0])
@@ -441,11 +444,55 @@ def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]
     inner = region.call(cast.args[0])
     if inner is None:
         raise ValueError("a requantisation needs the accumulator computed in the region")
+    lo, hi = quant.qrange(dtype)
+    return _Step(EpiKind.REQUANT, mul.args[1], ints=(zero_point, lo, hi), dtype=dtype), inner
+
+
+def _unit_quantize(call: relax.Call) -> tuple[DType, int]:
+    """(type, zero point) of ``quantize(x, scale=1, zero_point)``, the last op of the integer forms."""
+    _, scale, zero_point = call.args
+    if not isinstance(scale, GenericConst) or const_array(scale).size != 1 or float(const_array(scale)) != 1.0:
+        raise ValueError("quantize with a scale other than 1 is not a requantisation")
     dtype = _dtype(call.ty.dtype)
     if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
         raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
+    return dtype, int(const_array(zero_point))
+
+
+def _is_rescaled_add(call: relax.Call, region: _Region) -> bool:
+    inner = region.call(call.args[0])
+    return inner is not None and inner.op.name == "relax.add"
+
+
+def _scaled(expr: relax.Expr, region: _Region) -> tuple[relax.Expr, float]:
+    """(x, scale) of ``astype(x, float32) * scale`` with x from outside the region."""
+    mul = region.call(expr)
+    if mul is None or mul.op.name != "relax.multiply" or not isinstance(mul.args[1], GenericConst):
+        raise ValueError("a rescaled add needs astype(x) * scale terms")
+    cast = region.call(mul.args[0])
+    if cast is None or cast.op.name != "relax.astype" or region.call(cast.args[0]) is not None:
+        raise ValueError("a rescaled add scales an 8-bit tensor from outside the region")
+    return cast.args[0], float(const_array(mul.args[1]))
+
+
+def _qadd_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Expr]:
+    """``quantize((astype(a) * ra + offset) + astype(b) * rb, 1, 0)`` (:mod:`.quantized`) ->
+    the QADD step with ``b`` as its operand, and ``a``."""
+    dtype, zero_point = _unit_quantize(call)
+    total = region.call(call.args[0])
+    partial = region.call(total.args[0])
+    if partial is None or partial.op.name != "relax.add" or zero_point != 0:
+        raise ValueError("quantize of a sum that is not a rescaled add")
+    term, offset = partial.args
+    if isinstance(term, GenericConst):
+        term, offset = offset, term
+    if not isinstance(offset, GenericConst):
+        raise ValueError("a rescaled add needs one constant offset")
+    a, scale_a = _scaled(term, region)
+    b, scale_b = _scaled(total.args[1], region)
     lo, hi = quant.qrange(dtype)
-    return _Step(EpiKind.REQUANT, mul.args[1], ints=(int(const_array(zero_point)), lo, hi), dtype=dtype), inner
+    floats = (scale_a, scale_b, float(const_array(offset)))
+    return _Step(EpiKind.QADD, b, ints=(lo, hi), dtype=dtype, floats=floats), a
 
 
 def _merge_clamps(steps: list[_Step]) -> list[_Step]:
@@ -453,13 +500,14 @@ def _merge_clamps(steps: list[_Step]) -> list[_Step]:
     out: list[_Step] = []
     for step in steps:
         prev = out[-1] if out else None
-        if step.kind == EpiKind.CLIP and prev is not None and prev.kind == EpiKind.REQUANT:
-            zp, lo, hi = prev.ints
+        if step.kind == EpiKind.CLIP and prev is not None and prev.kind in (EpiKind.REQUANT, EpiKind.QADD):
+            *head, lo, hi = prev.ints
             if step.lo != int(step.lo) or step.hi != int(step.hi):
                 raise ValueError(f"clip bounds {step.lo}, {step.hi} of an 8-bit value are not integers")
-            prev.ints = (zp, max(lo, int(step.lo)), min(hi, int(step.hi)))
-            if prev.ints[1] > prev.ints[2]:
+            lo, hi = max(lo, int(step.lo)), min(hi, int(step.hi))
+            if lo > hi:
                 raise ValueError("the clip leaves an empty range")
+            prev.ints = (*head, lo, hi)
             continue
         out.append(step)
     return out
@@ -493,7 +541,8 @@ def check_padding(spec: OpSpec) -> None:
 def _check_dtypes(spec: OpSpec, acc: DType) -> None:
     """What the NPU computes in: float32 or float16 (with a float32 accumulator for conv2d /
     matmul, cast to float16 by the epilogue); 8-bit conv2d / matmul (int8 or uint8 activations,
-    int8 weights) with an int32 accumulator, requantised to 8 bits or not; 8-bit max pooling.
+    int8 weights) with an int32 accumulator, requantised to 8 bits or not; 8-bit max pooling;
+    8-bit rescaled adds.
     ``acc`` is the main operator's result type (the epilogue may change it)."""
     if isinstance(spec, Conv2dSpec | MatmulSpec):
         data, weight = (spec.data, spec.weight) if isinstance(spec, Conv2dSpec) else (spec.a, spec.b)
@@ -510,6 +559,9 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
     elif isinstance(spec, PoolSpec) and spec.kind == PoolKind.MAX and spec.data.dtype.is_quantized:
         if acc != spec.data.dtype:
             raise ValueError("max pooling must keep its input type")
+    elif isinstance(spec, ElementwiseSpec) and spec.data.dtype.is_quantized and spec.epilogue \
+            and spec.epilogue[0].kind == EpiKind.QADD:
+        pass  # an 8-bit residual add (check_dtype below checks its operand)
     elif not spec.data.dtype.is_float or acc != spec.data.dtype:
         raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32, float16 "
                          "(and int8/uint8 for max pooling)")

@@ -83,6 +83,16 @@ def _requantised(out: DFPattern, bias: bool, clip: bool) -> DFPattern:
     return is_op("relax.clip")(out, wildcard(), wildcard()) if clip else out
 
 
+def _rescaled_add(clip: bool) -> DFPattern:
+    """``quantize((astype(a) * ra + offset) + astype(b) * rb)`` [-> clip]: the 8-bit add of :mod:`.quantized`."""
+    def scaled() -> DFPattern:
+        return is_op("relax.multiply")(is_op("relax.astype")(wildcard()), is_const())
+
+    total = is_op("relax.add")(is_op("relax.add")(scaled(), is_const()), scaled())
+    out = is_op("relax.quantize")(total, is_const(), is_const())
+    return is_op("relax.clip")(out, wildcard(), wildcard()) if clip else out
+
+
 def _int8_variants(fusion: int) -> list[tuple[bool, bool, bool]]:
     """(bias, clip, explicit pad) of the 8-bit conv / matmul patterns, longest first (none at fusion 0:
     the int32 accumulator then goes to DRAM and the host requantises)."""
@@ -174,6 +184,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         b = is_op("relax.permute_dims")(is_const()) | wildcard()
         matmul = _narrowed(is_op("relax.matmul")(wildcard(), b))
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
+    for clip in (True, False):
+        add(f"{PREFIX}.qadd{'_clip' if clip else ''}", _rescaled_add(clip))
     for name, op in POOLS.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
     for name, op in BINARY.items():

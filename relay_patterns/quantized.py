@@ -13,6 +13,9 @@ quantized region into the integer form the NPU runs and llvm computes alike:
   the padding value (an explicit ``nn.pad`` with ``pad_value = z_x``, which the pattern
   table folds back into the NPU convolution). ``m`` and the clamp follow
   :mod:`tvm_npu.simulator.quant`, the rule onnxruntime's integer kernels compute.
+* ``quantize([relu|clip](dequantize(a) + dequantize(b)))`` (a residual add) becomes the
+  rescaled sum of :func:`~tvm_npu.simulator.quant.rescale_add` (onnxruntime's QLinearAdd),
+  written as float32 Relax arithmetic ending in ``quantize(scale=1)``.
 * ``quantize(max_pool2d | reshape | ... (dequantize(x)))`` with the same scale and zero
   point on both sides becomes the operator on the 8-bit tensor itself (quantization is
   monotone, so a max commutes with it; moving data does not change values).
@@ -117,6 +120,12 @@ class _QdqToInteger(relax.PyExprMutator):
             elif _op(rhs) in ("relax.nn.conv2d", "relax.matmul"):
                 main, bias = rhs, lhs
         op = _op(main)
+        if op == "relax.add" and main is y:
+            try:
+                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
+                return self._add(main, _dtype(q), sy, zy, lo, hi)
+            except _Skip as why:
+                raise _Skip(f"quantized add {main.ty.shape}: {why}" if str(why) else "") from None
         if op in ("relax.nn.conv2d", "relax.matmul"):
             where = f"quantized {op.rsplit('.', 1)[-1]} {main.ty.shape}"
             try:
@@ -161,6 +170,34 @@ class _QdqToInteger(relax.PyExprMutator):
             return ints[0]
         new_args = [relax.Tuple(ints)] if _op(main) == "relax.concat" else [ints[0], *main.args[1:]]
         return relax.Call(main.op, new_args, main.attrs, main.ty_args)
+
+    # ------------------------------------------------------------------------ add
+    def _add(self, add: relax.Call, out_dt: DType | None, sy: float, zy: int, lo: float | None,
+             hi: float | None) -> relax.Expr:
+        """``quantize(dequantize(a) + dequantize(b))``: the rescaled sum of :func:`quant.rescale_add`."""
+        if _op(self._resolve(add.args[0])) != _DQ or _op(self._resolve(add.args[1])) != _DQ:
+            raise _Skip("")  # not a quantized add (e.g. a float bias): nothing to say
+        a, sa, za, ta = self._dequantized(add.args[0], "first addend")
+        b, sb, zb, tb = self._dequantized(add.args[1], "second addend")
+        if out_dt is None or not ta == tb == out_dt:
+            raise _Skip("addends and result have different types; accepted: one of int8, uint8 for all three")
+        shape = [int(d) for d in add.ty.shape]
+        if [int(d) for d in a.ty.shape] != shape or [int(d) for d in b.ty.shape] != shape:
+            raise _Skip("the addends broadcast; accepted: two tensors of the result's shape")
+        scale_a, scale_b, offset = quant.add_params(sa, za, sb, zb, sy, zy)
+
+        def scaled(x: relax.Expr, scale: float) -> relax.Expr:
+            return self._emit(relax.op.multiply(self._emit(relax.op.astype(x, "float32")),
+                                                relax.const(scale, "float32")))
+
+        partial = self._emit(relax.op.add(scaled(a, scale_a), relax.const(offset, "float32")))
+        total = self._emit(relax.op.add(partial, scaled(b, scale_b)))
+        y = relax.op.quantize(total, relax.const(1.0, "float32"), relax.const(0, out_dt.np.name),
+                              axis=len(shape) - 1, out_dtype=out_dt.np.name)
+        q_lo, q_hi = quant.clamp_bounds(out_dt, sy, zy, lo, hi)
+        if (q_lo, q_hi) != quant.qrange(out_dt):
+            y = relax.op.clip(self._emit(y), q_lo, q_hi)
+        return y
 
     # -------------------------------------------------------------- conv / matmul
     def _weights(self, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray, int, bool]:

@@ -57,6 +57,7 @@ class Opcode(enum.IntEnum):
     VBIAS_ADD = 0x3A
     VREQUANT = 0x3B
     VCAST = 0x3C
+    VQADD = 0x3D
     VMAXPOOL = 0x40
     VAVGPOOL = 0x41
     SIGNAL = 0x50
@@ -480,6 +481,39 @@ class VecRequant(_VecBase):
 
 
 @dataclass(frozen=True, slots=True)
+class VecQAdd(_VecBase):
+    """Sum of two 8-bit tensors with their own scales, requantised:
+    ``clip(round_half_to_even((offset + float32(src) * scale_a) + float32(other) * scale_b), lo, hi)``.
+
+    float32 arithmetic in exactly the order of :func:`tvm_npu.simulator.quant.rescale_add`;
+    ``scale_a``, ``scale_b`` and ``offset`` are float32 values (the zero points are folded
+    into ``offset``). ``src`` and ``other`` are ``src_dtype`` (int8 or uint8), the result
+    ``dst_dtype`` (int8 or uint8) with ``lo <= hi`` in its range.
+    """
+
+    other_addr: int
+    other_strides: Strides3
+    scale_a: float
+    scale_b: float
+    offset: float
+    lo: int
+    hi: int
+    src_dtype: DType
+    dst_dtype: DType
+
+    opcode: ClassVar[Opcode] = Opcode.VQADD
+
+    def types(self) -> tuple[DType, DType]:
+        return self.src_dtype, self.dst_dtype
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        dst, src = _VecBase.accesses(self)
+        other = _sram("other_addr", "other_strides", self.other_addr, self.shape, self.other_strides,
+                      self.src_dtype, read=True, distinct=False)
+        return dst, src, other
+
+
+@dataclass(frozen=True, slots=True)
 class VecCast(_VecBase):
     """Type conversion: float->float rounds to nearest even, to integers rounds half to even and saturates.
 
@@ -592,7 +626,7 @@ class End:
 
 Instruction = (
     DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecBiasAdd
-    | VecRequant | VecCast | Pool | Signal | Wait | End
+    | VecRequant | VecQAdd | VecCast | Pool | Signal | Wait | End
 )
 
 #: Which record class each opcode decodes into.
@@ -607,6 +641,7 @@ RECORD_OF: dict[Opcode, type] = {
     Opcode.VSCALE: VecScale,
     Opcode.VBIAS_ADD: VecBiasAdd,
     Opcode.VREQUANT: VecRequant,
+    Opcode.VQADD: VecQAdd,
     Opcode.VCAST: VecCast,
     **{op: Pool for op in Pool.OPS},
     Opcode.SIGNAL: Signal,

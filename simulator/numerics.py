@@ -201,6 +201,18 @@ def _vec_requant(ins: isa.VecRequant, accs: Accesses) -> Executor:
     return run
 
 
+def _vec_qadd(ins: isa.VecQAdd, accs: Accesses) -> Executor:
+    d, s, o = (_operand(acc) for acc in accs)
+    args = ins.scale_a, ins.scale_b, ins.offset, ins.lo, ins.hi, ins.dst_dtype
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        a = np.ndarray(s[0], s[1], sram, s[2], s[3])
+        b = np.ndarray(o[0], o[1], sram, o[2], o[3])
+        np.ndarray(d[0], d[1], sram, d[2], d[3])[...] = quant.rescale_add(a, b, *args, quant.NUMPY)
+
+    return run
+
+
 def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
     dst = ins.dst_dtype
     if dst.is_float:
@@ -273,6 +285,7 @@ _BUILDERS: dict[type, Callable[..., Executor]] = {
     isa.VecScale: _vec_scale,
     isa.VecBiasAdd: _vec_bias_add,
     isa.VecRequant: _vec_requant,
+    isa.VecQAdd: _vec_qadd,
     isa.VecCast: _vec_cast,
     isa.Pool: _pool,
 }

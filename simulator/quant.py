@@ -35,6 +35,7 @@ class Arith(Generic[T]):
     mul: Any  # (a, b) -> a * b in the operands' float type
     round_even: Any  # (x) -> nearest integer, ties to even, still float
     add_const: Any  # (x, c: float) -> x + c
+    add: Any  # (a, b) -> a + b
     clip: Any  # (x, lo: float, hi: float) -> min(max(x, lo), hi)
     cast: Any  # (x, dtype: DType) -> x converted (exact: x is an in-range integer)
 
@@ -53,6 +54,24 @@ def requantize(acc: T, multiplier: T, zero_point: int, lo: int, hi: int, dtype: 
     # rounding first, then the zero point: the sum is exact (an integer-valued float32 of at
     # most 2**24 in magnitude that matters; larger ones saturate either way)
     return ops.cast(ops.clip(ops.add_const(scaled, float(zero_point)), float(lo), float(hi)), dtype)
+
+
+def rescale_add(a: T, b: T, scale_a: float, scale_b: float, offset: float, lo: int, hi: int, dtype: DType,
+                ops: Arith[T]) -> T:
+    """The sum of two 8-bit tensors with their own scales, requantised to a third:
+    ``clip(round_half_to_even((offset + float32(a) * scale_a) + float32(b) * scale_b), lo, hi)``,
+    float32 in this order (onnxruntime's QLinearAdd kernel on x86); see :func:`add_params`."""
+    total = ops.add(ops.add_const(ops.mul(ops.to_f32(a), scale_a), offset), ops.mul(ops.to_f32(b), scale_b))
+    return ops.cast(ops.clip(ops.round_even(total), float(lo), float(hi)), dtype)
+
+
+def add_params(s_a: float, z_a: int, s_b: float, z_b: int, s_y: float, z_y: int) -> tuple[float, float, float]:
+    """(scale_a, scale_b, offset) of :func:`rescale_add`: the two scale ratios and the zero points
+    folded into one constant, each rounded to float32 as the kernel computes them."""
+    f32 = np.float32
+    ra, rb = f32(f32(s_a) / f32(s_y)), f32(f32(s_b) / f32(s_y))
+    offset = f32(f32(z_y) - f32(f32(ra * f32(z_a)) + f32(rb * f32(z_b))))
+    return float(ra), float(rb), float(offset)
 
 
 def multiplier(s_x: float | np.ndarray, s_w: float | np.ndarray, s_y: float | np.ndarray) -> np.ndarray:
@@ -87,9 +106,11 @@ def _np_cast(x: np.ndarray, dtype: DType) -> np.ndarray:
 #: The rules on numpy arrays (float32 throughout, as the formula states).
 NUMPY: Arith[np.ndarray] = Arith(
     to_f32=lambda x: np.asarray(x).astype(np.float32),
-    mul=lambda a, b: np.multiply(a, np.asarray(b, np.float32), dtype=np.float32),
+    mul=lambda a, b: np.multiply(a, np.float32(b) if isinstance(b, float) else np.asarray(b, np.float32),
+                                 dtype=np.float32),
     round_even=np.rint,
     add_const=lambda x, c: x + np.float32(c),
+    add=np.add,
     clip=lambda x, lo, hi: np.clip(x, np.float32(lo), np.float32(hi)),
     cast=_np_cast,
 )

@@ -248,6 +248,20 @@ class _Checker:
             self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
         self.vec_base(ins)
 
+    def vec_qadd(self, ins: isa.VecQAdd) -> None:
+        for name in ("src_dtype", "dst_dtype"):
+            if not getattr(ins, name).is_quantized:
+                self.fail(name, f"must be INT8 or UINT8, got {getattr(ins, name).name}")
+        for name in ("scale_a", "scale_b", "offset"):
+            value = getattr(ins, name)
+            if not math.isfinite(value) or float(np.float32(value)) != value:
+                self.fail(name, f"must be a finite float32 value, got {value}")
+        for name in ("lo", "hi"):
+            self.in_range(name, getattr(ins, name), ins.dst_dtype)
+        if ins.lo > ins.hi:
+            self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
+        self.vec_base(ins)
+
     def vec_cast(self, ins: isa.VecCast) -> None:
         self.vec_base(ins)
 
@@ -284,6 +298,7 @@ _CHECKS: dict[type, Callable[[_Checker, object], None]] = {
     isa.VecScale: _Checker.vec_scale,
     isa.VecBiasAdd: _Checker.vec_bias_add,
     isa.VecRequant: _Checker.vec_requant,
+    isa.VecQAdd: _Checker.vec_qadd,
     isa.VecCast: _Checker.vec_cast,
     isa.Pool: _Checker.pool,
     isa.Signal: _Checker.sync,

@@ -20,7 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "simulator": {"config"},
     "shared": {"config", "simulator", "shared"},
     "tir_schedules": {"config", "shared", "simulator"},
-    "relay_patterns": {"config", "shared", "tir_schedules"},
+    "relay_patterns": {"config", "shared", "tir_schedules", "simulator"},
     "codegen": {"config", "shared", "simulator", "tir_schedules", "relay_patterns"},
     "app": {"config", "shared", "simulator", "tir_schedules", "relay_patterns", "codegen", "app"},
 }

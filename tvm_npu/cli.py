@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (also used to render ``--help``)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="on error, print the full traceback")
-    parser = argparse.ArgumentParser(prog=PROG, description="Compile, run, profile and benchmark models for the "
-                                     "simulated NPU.",
+    parser = argparse.ArgumentParser(prog=PROG, description="Compile, run, profile, benchmark, quantize and "
+                                     "compare models for the simulated NPU.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=f"run '{PROG} COMMAND --help' for each command's options")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         asymmetric int8 or uint8, their ranges calibrated (min/max) on --calibration arrays
         or on --random seeded standard-normal inputs. Models below opset {MIN_OPSET} are upgraded
         first; batch-norms are folded into their convolutions. The fp32 tensor names are
-        kept, so '{PROG} compare' can match every layer. Needs onnxruntime: {INSTALL_HINT}.""",
+        kept, so '{PROG} compare' can match every layer.
+        Needs onnxruntime: {INSTALL_HINT}.""",
                 targets=False)
     p.add_argument("model", metavar="MODEL",
                    help=f"an fp32 ONNX model file (.onnx), or a bundled model name: {', '.join(BUNDLED)}")
@@ -211,9 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
         in quantization steps. MODEL runs on the NPU simulator (--engine npu) or on
         onnxruntime (--engine onnxruntime: the QDQ graph as written, so the quantization
         error alone, without the compiler's); the reference on onnxruntime, or on llvm
-        without it. Every compared tensor becomes a
-        graph output, so on the NPU each one leaves the chip to DRAM and is not fused with
-        its consumers: the numbers are those of the model, the placement and cycles are not.""")
+        without it. Every compared tensor becomes a graph output, so on the NPU each one
+        leaves the chip to DRAM and is not fused with its consumers: the numbers are those
+        of the model, the placement and cycles are not.""")
     p.add_argument("model", metavar="MODEL", help="the quantized (QDQ) or fp16 ONNX model (.onnx)")
     p.add_argument("--reference", required=True, metavar="REFERENCE",
                    help=f"the fp32 model it was made from (.onnx, or a bundled name: {', '.join(BUNDLED)})")
@@ -389,13 +390,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     ort = require_onnxruntime()
+    ort.set_default_logger_severity(3)  # errors only: its notes on the models it optimises are not the user's
     name, model = resolve_model(args.model)
     shapes = dict(parse_input_shape(s) for s in args.input_shape)
     samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed, overrides=shapes)
     output = quantize_model(model, args.output, calibration=samples, activations=args.activations,
                             per_channel=not args.per_tensor)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
-              else f"{len(samples)} random standard-normal samples (seed {args.seed})")
+              else f"{len(samples)} random standard-normal sample{'s' * (len(samples) > 1)} (seed {args.seed})")
     upgraded = f", upgraded from opset {opset(model)} to {MIN_OPSET}" if opset(model) < MIN_OPSET else ""
     n_q, n_dq = qdq_counts(onnx.load(str(output)))
     print(f"quantized {name} with onnxruntime {ort.__version__} quantize_static, QDQ format{upgraded}")

@@ -58,9 +58,10 @@ def _clip(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
 #: :func:`~tvm_npu.simulator.quant.requantize` on TE expressions (the rule is written once, there).
 TE_ARITH: quant.Arith[PrimExpr] = quant.Arith(
     to_f32=lambda x: x.astype("float32"),
-    mul=lambda a, b: a * b,
+    mul=lambda a, b: a * (tirx.const(b, "float32") if isinstance(b, float) else b),
     round_even=tirx.nearbyint,
     add_const=lambda x, c: x + tirx.const(c, "float32"),  # the rule's intermediates are all float32
+    add=lambda a, b: a + b,
     clip=lambda x, lo, hi: tirx.min(tirx.max(x, tirx.const(lo, "float32")), tirx.const(hi, "float32")),
     cast=lambda x, dtype: x.astype(dtype.np.name),
 )
@@ -70,6 +71,13 @@ def _requant(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     zero_point, lo, hi = s.ints
     assert y is not None and s.dtype is not None
     return quant.requantize(x, y, zero_point, lo, hi, s.dtype, TE_ARITH)
+
+
+def _qadd(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    scale_a, scale_b, offset = s.floats
+    lo, hi = s.ints
+    assert y is not None and s.dtype is not None
+    return quant.rescale_add(x, y, scale_a, scale_b, offset, lo, hi, s.dtype, TE_ARITH)
 
 
 _RULES = (
@@ -89,6 +97,9 @@ _RULES = (
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
     # matched as relax.astype between float types (relay_patterns.extract)
     EpiRule(EpiKind.CAST, None, lambda x, _y, s: x.astype(s.dtype.np.name), isa.Opcode.VCAST),
+    # matched as quantize((astype(a) * ra + offset) + astype(b) * rb) (relay_patterns.quantized); not
+    # commutative: float32 additions in another order round differently
+    EpiRule(EpiKind.QADD, None, _qadd, isa.Opcode.VQADD),
 )
 
 #: The table, by kind.
@@ -118,6 +129,9 @@ def check_dtype(step: Epilogue, out: DType) -> None:
                              f"{step.dtype.np.name if step.dtype else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
+    elif step.kind == EpiKind.QADD:
+        if not out.is_quantized or step.operand is None or step.operand.dtype != out or step.dtype is None:
+            raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.CAST:
         if not out.is_float or step.dtype is None or not step.dtype.is_float:
             raise ValueError(f"a cast from {out.np.name} to {step.dtype.np.name if step.dtype else '?'} is not "

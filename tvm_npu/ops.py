@@ -31,6 +31,7 @@ class EpiKind(enum.Enum):
     GELU = "gelu"
     REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
     CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
+    QADD = "qadd"  # + an 8-bit tensor with its own scale, requantised: floats (scale_a, scale_b, offset), ints (lo, hi)
 
     @property
     def binary(self) -> bool:
@@ -38,7 +39,7 @@ class EpiKind(enum.Enum):
 
 
 _BINARY = frozenset({EpiKind.BIAS, EpiKind.ADD, EpiKind.SUB, EpiKind.MUL, EpiKind.MAX, EpiKind.MIN,
-                     EpiKind.REQUANT})
+                     EpiKind.REQUANT, EpiKind.QADD})
 
 
 class Broadcast(enum.Enum):
@@ -75,7 +76,8 @@ class Epilogue:
     """One elementwise step on the output tile; binary steps read ``operand`` from DRAM.
 
     ``lo``/``hi`` are float parameters (clip bounds), ``ints`` integer ones (e.g. a
-    requantisation's zero point and shift); ``dtype`` is the step's result type when it
+    requantisation's zero point and clamp), ``floats`` further float ones (a rescaled add's
+    scales); ``dtype`` is the step's result type when it
     differs from its input's (a requantise to int8), else None. What each kind means in
     every stage is :data:`tvm_npu.epilogue.RULES`.
     """
@@ -87,6 +89,7 @@ class Epilogue:
     hi: float = 0.0
     ints: tuple[int, ...] = ()
     dtype: DType | None = None
+    floats: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind.binary != (self.operand is not None):
@@ -240,6 +243,7 @@ def spec_key(spec: OpSpec) -> str:
         v = getattr(spec, f.name)
         parts.append(ref(v) if isinstance(v, TensorRef) else f"{f.name}={v.value if isinstance(v, enum.Enum) else v}")
     for e in spec.epilogue:
-        extra = (f":{list(e.ints)}" if e.ints else "") + (f":{e.dtype.name}" if e.dtype else "")
+        extra = ((f":{list(e.ints)}" if e.ints else "") + (f":{e.dtype.name}" if e.dtype else "")
+                 + (f":{list(e.floats)}" if e.floats else ""))
         parts.append(f"{e.kind.value}:{e.broadcast.value}:{ref(e.operand)}:{e.lo}:{e.hi}{extra}")
     return "|".join(parts)
