@@ -241,6 +241,8 @@ def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
     pref = target.options.layout_pref
     if pref != Layout.AUTO:
         return _convert(mod, pref.value)
+    if _has_quantized_convs(mod):
+        return mod
     vote = preferred_layout(mod, target)
     if vote is None:
         return mod
@@ -249,6 +251,25 @@ def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
     with tvm.transform.PassContext(opt_level=3):
         left = fold_layout_transforms(converted)
     return converted if _host_transform_cycles(left, target) < saved else mod
+
+
+def _has_quantized_convs(mod: tvm.IRModule) -> bool:
+    """Whether ``mod`` has 8-bit convolutions. ``auto`` keeps such a model in its own layout: TVM's
+    ConvertLayout does not convert ``quantize``, ``clip`` or ``nn.pad``, which the integer form of
+    a quantized convolution ends or starts with, so converting would leave transposes in the middle
+    of every requantisation (correct, on the host, and slower than any layout gain)."""
+    found = False
+
+    def visit(e: relax.Expr) -> None:
+        nonlocal found
+        if (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d"
+                and str(e.args[0].ty.dtype) in ("int8", "uint8")):
+            found = True
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return found
 
 
 def _convert(mod: tvm.IRModule, layout: str) -> tvm.IRModule:

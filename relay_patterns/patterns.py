@@ -184,7 +184,7 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         b = is_op("relax.permute_dims")(is_const()) | wildcard()
         matmul = _narrowed(is_op("relax.matmul")(wildcard(), b))
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
-    for clip in (True, False):
+    for clip in (True, False)[target.options.fusion == 0:]:
         add(f"{PREFIX}.qadd{'_clip' if clip else ''}", _rescaled_add(clip))
     for name, op in POOLS.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))

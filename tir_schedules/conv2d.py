@@ -315,7 +315,7 @@ class Conv2d(OpKind):
         def out_box(b, gt, ot, y, x, dtype=None):
             o0 = gt[0] * og + ot[0]
             oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
-            dtype = dtype or spec.out.dtype
+            dtype = spec.out.dtype if dtype is None else dtype
             if nchw:
                 return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
             return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe))

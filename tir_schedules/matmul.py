@@ -165,7 +165,7 @@ class Matmul(OpKind):
             return copy_cost(hw, dt, spec.b.shape, lo, ext)
 
         def out_box(bi, mt, nt, dtype=None):
-            dtype = dtype or spec.out.dtype
+            dtype = spec.out.dtype if dtype is None else dtype
             if len(spec.out.shape) > 2:
                 return copy_cost(hw, dtype, spec.out.shape, (bi, mt[0], nt[0]), (1, mt[1], nt[1]))
             return copy_cost(hw, dtype, spec.out.shape, (mt[0], nt[0]), (mt[1], nt[1]))

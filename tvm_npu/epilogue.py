@@ -126,7 +126,7 @@ def check_dtype(step: Epilogue, out: DType) -> None:
     if step.kind == EpiKind.REQUANT:
         if out != DType.INT32 or step.dtype is None or not step.dtype.is_quantized:
             raise ValueError(f"requantisation takes an int32 accumulator to int8/uint8, not {out.np.name} to "
-                             f"{step.dtype.np.name if step.dtype else '?'}")
+                             f"{step.dtype.np.name if step.dtype is not None else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
     elif step.kind == EpiKind.QADD:
@@ -134,7 +134,7 @@ def check_dtype(step: Epilogue, out: DType) -> None:
             raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.CAST:
         if not out.is_float or step.dtype is None or not step.dtype.is_float:
-            raise ValueError(f"a cast from {out.np.name} to {step.dtype.np.name if step.dtype else '?'} is not "
+            raise ValueError(f"a cast from {out.np.name} to {step.dtype.np.name if step.dtype is not None else '?'} is not "
                              "supported; accepted: between float32 and float16")
     elif step.operand is not None and step.operand.dtype != out:
         raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
@@ -142,4 +142,4 @@ def check_dtype(step: Epilogue, out: DType) -> None:
 
 def result_dtype(step: Epilogue, value: DType) -> DType:
     """The dtype of a step's result for an input of dtype ``value``."""
-    return step.dtype or value
+    return value if step.dtype is None else step.dtype  # DType.INT8 is 0: no `or`

@@ -243,7 +243,7 @@ def spec_key(spec: OpSpec) -> str:
         v = getattr(spec, f.name)
         parts.append(ref(v) if isinstance(v, TensorRef) else f"{f.name}={v.value if isinstance(v, enum.Enum) else v}")
     for e in spec.epilogue:
-        extra = ((f":{list(e.ints)}" if e.ints else "") + (f":{e.dtype.name}" if e.dtype else "")
+        extra = ((f":{list(e.ints)}" if e.ints else "") + (f":{e.dtype.name}" if e.dtype is not None else "")
                  + (f":{list(e.floats)}" if e.floats else ""))
         parts.append(f"{e.kind.value}:{e.broadcast.value}:{ref(e.operand)}:{e.lo}:{e.hi}{extra}")
     return "|".join(parts)

@@ -142,9 +142,11 @@ def test_fusion0_table_has_only_bare_ops() -> None:
     assert bare == {
         "npu.conv2d", "npu.matmul", "npu.max_pool2d", "npu.avg_pool2d", "npu.adaptive_avg_pool2d", "npu.mean",
         "npu.add", "npu.subtract", "npu.multiply", "npu.maximum", "npu.minimum", *(f"npu.{a}" for a in ACTS),
+        "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
-    assert bare < fused and len(fused - bare) == 2 * 23
+    # 23 float epilogue chains per conv2d / matmul, 8 requantised conv2d and 4 matmul forms, a clipped 8-bit add
+    assert bare < fused and len(fused - bare) == 2 * 23 + 8 + 4 + 1
 
 
 def test_fusion0_every_op_is_its_own_composite_in_one_region() -> None:
@@ -416,9 +418,15 @@ def test_unsupported_pools_stay_on_host(make: Callable[[relax.Expr], relax.Expr]
     assert names(mod) == [] and sum(host_ops(mod).values()) == 1
 
 
-def test_float16_pool_stays_on_host() -> None:
-    x = tensor("x", (1, 4, 8, 8), "float16")
-    assert names(partition(build([x], lambda emit, x: emit(relax.op.nn.max_pool2d(x, 2))))) == []
+def test_float16_and_8bit_max_pools_run_on_the_npu_other_types_stay_on_the_host() -> None:
+    for dtype in ("float16", "int8", "uint8"):
+        x = tensor("x", (1, 4, 8, 8), dtype)
+        assert names(partition(build([x], lambda emit, x: emit(relax.op.nn.max_pool2d(x, 2))))) == ["npu.max_pool2d"]
+    for dtype in ("int32", "float64"):
+        x = tensor("x", (1, 4, 8, 8), dtype)
+        assert names(partition(build([x], lambda emit, x: emit(relax.op.nn.max_pool2d(x, 2))))) == []
+    x = tensor("x", (1, 4, 8, 8), "int8")  # an 8-bit average needs a requantisation rule: stays on the host
+    assert names(partition(build([x], lambda emit, x: emit(relax.op.nn.avg_pool2d(x, 2))))) == []
 
 
 # ---- elementwise ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@
  1  DMA_LOAD  DMA_LOAD   tensor=w dram_offset=0 sram_addr=0x001700 dtype=FP32 shape=(1,1,2304) dram_strides=(0,0,1) sram_strides=(0,0,1)
  2  DMA_LOAD  SIGNAL     engine_id=DMA_LOAD sem=1
  3  TENSOR    WAIT       engine_id=TENSOR sem=1
- 4  TENSOR    CONV       in_addr=0x00002c in_strides=(60,10,1) in_c=16 in_h=5 in_w=8 w_addr=0x001700 w_strides=(144,9,3,1) out_addr=0x000f00 out_strides=(32,8,1) out_c=16 out_h=4 out_w=8 kernel_h=3 kernel_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1 pad_top=1 pad_left=1 pad_bottom=0 pad_right=1 groups=1 in_dtype=FP32 accumulate=False
+ 4  TENSOR    CONV       in_addr=0x00002c in_strides=(60,10,1) in_c=16 in_h=5 in_w=8 w_addr=0x001700 w_strides=(144,9,3,1) out_addr=0x000f00 out_strides=(32,8,1) out_c=16 out_h=4 out_w=8 kernel_h=3 kernel_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1 pad_top=1 pad_left=1 pad_bottom=0 pad_right=1 groups=1 in_dtype=FP32 accumulate=False pad_value=0
  5  TENSOR    SIGNAL     engine_id=TENSOR sem=8
  6  TENSOR    SIGNAL     engine_id=TENSOR sem=7
  7  TENSOR    SIGNAL     engine_id=TENSOR sem=6
@@ -34,7 +34,7 @@
 26  TENSOR    WAIT       engine_id=TENSOR sem=1
 27  TENSOR    WAIT       engine_id=TENSOR sem=4
 28  TENSOR    WAIT       engine_id=TENSOR sem=11
-29  TENSOR    CONV       in_addr=0x000004 in_strides=(60,10,1) in_c=16 in_h=5 in_w=8 w_addr=0x001700 w_strides=(144,9,3,1) out_addr=0x000f00 out_strides=(32,8,1) out_c=16 out_h=4 out_w=8 kernel_h=3 kernel_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1 pad_top=0 pad_left=1 pad_bottom=1 pad_right=1 groups=1 in_dtype=FP32 accumulate=False
+29  TENSOR    CONV       in_addr=0x000004 in_strides=(60,10,1) in_c=16 in_h=5 in_w=8 w_addr=0x001700 w_strides=(144,9,3,1) out_addr=0x000f00 out_strides=(32,8,1) out_c=16 out_h=4 out_w=8 kernel_h=3 kernel_w=3 stride_h=1 stride_w=1 dilation_h=1 dilation_w=1 pad_top=0 pad_left=1 pad_bottom=1 pad_right=1 groups=1 in_dtype=FP32 accumulate=False pad_value=0
 30  TENSOR    SIGNAL     engine_id=TENSOR sem=8
 31  TENSOR    SIGNAL     engine_id=TENSOR sem=7
 32  DMA_LOAD  WAIT       engine_id=DMA_LOAD sem=9
