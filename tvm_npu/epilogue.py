@@ -134,8 +134,9 @@ def check_dtype(step: Epilogue, out: DType) -> None:
             raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.CAST:
         if not out.is_float or step.dtype is None or not step.dtype.is_float:
-            raise ValueError(f"a cast from {out.np.name} to {step.dtype.np.name if step.dtype is not None else '?'} is not "
-                             "supported; accepted: between float32 and float16")
+            to = step.dtype.np.name if step.dtype is not None else "?"
+            raise ValueError(f"a cast from {out.np.name} to {to} is not supported; accepted: between float32 and "
+                             "float16")
     elif step.operand is not None and step.operand.dtype != out:
         raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
 
