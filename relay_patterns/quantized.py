@@ -16,6 +16,9 @@ quantized region into the integer form the NPU runs and llvm computes alike:
 * ``quantize([relu|clip](dequantize(a) + dequantize(b)))`` (a residual add) becomes the
   rescaled sum of :func:`~tvm_npu.simulator.quant.rescale_add` (onnxruntime's QLinearAdd),
   written as float32 Relax arithmetic ending in ``quantize(scale=1)``.
+* ``quantize(mean(dequantize(x)))`` over H and W (a global average pool) becomes a
+  depthwise convolution with unit weights (the per-channel sums) and a requantisation by
+  ``s_x / (s_y * H * W)`` (onnxruntime's QLinearGlobalAveragePool).
 * ``quantize(max_pool2d | reshape | ... (dequantize(x)))`` with the same scale and zero
   point on both sides becomes the operator on the 8-bit tensor itself (quantization is
   monotone, so a max commutes with it; moving data does not change values).
@@ -135,6 +138,12 @@ class _QdqToInteger(relax.PyExprMutator):
                 return self._gemm(main, bias, out_dt, sy, zy, lo, hi)
             except _Skip as why:
                 raise _Skip(f"{where}: {why}") from None
+        if op == "relax.mean" and main is y:
+            try:
+                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
+                return self._global_average(main, _dtype(q), sy, zy, lo, hi)
+            except _Skip as why:
+                raise _Skip(f"quantized global average {main.ty.shape}: {why}" if str(why) else "") from None
         if op in _SAME_SCALE and lo is None and hi is None and main is y:
             return self._same_scale(q, main)
         if op == _DQ and lo is None and hi is None and main is y:
@@ -198,6 +207,33 @@ class _QdqToInteger(relax.PyExprMutator):
         if (q_lo, q_hi) != quant.qrange(out_dt):
             y = relax.op.clip(self._emit(y), q_lo, q_hi)
         return y
+
+    # ------------------------------------------------------------ global average
+    def _global_average(self, mean: relax.Call, out_dt: DType | None, sy: float, zy: int, lo: float | None,
+                        hi: float | None) -> relax.Expr:
+        """``quantize(mean(dequantize(x)) over H, W)``: the sum of every channel's window as a
+        depthwise convolution with unit weights, the zero point folded into the bias, then a
+        requantisation by ``s_x / (s_y * count)`` (onnxruntime's QLinearGlobalAveragePool)."""
+        shape = [int(d) for d in mean.args[0].ty.shape]
+        axes = sorted(int(a) % len(shape) for a in (mean.attrs.axis or []))
+        layouts = {(2, 3): "NCHW", (1, 2): "NHWC"}
+        if len(shape) != 4 or tuple(axes) not in layouts or not mean.attrs.keepdims:
+            raise _Skip("")  # not a global average pool
+        x, sx, zx, dt = self._dequantized(mean.args[0], "input")
+        if out_dt != dt:
+            raise _Skip(f"input {dt.np.name} and output {out_dt} differ; accepted: one 8-bit type")
+        layout = layouts[tuple(axes)]
+        c, h, w = (shape[layout.index(a)] for a in "CHW")
+        count = h * w
+        bshape = [1, 1, 1, 1]
+        bshape[layout.index("C")] = c
+        ones = relax.const(np.ones((c, 1, h, w), np.int8))
+        acc = self._emit(relax.op.nn.conv2d(x, ones, groups=c, data_layout=layout, kernel_layout="OIHW",
+                                            out_layout=layout, out_dtype="int32"))
+        if zx:
+            acc = self._emit(relax.op.add(acc, relax.const(np.full(bshape, -zx * count, np.int32))))
+        m = np.full(bshape, quant.average_multiplier(sx, sy, count), np.float32)
+        return self._requantise(acc, m, out_dt, sy, zy, lo, hi, layout.index("C"))
 
     # -------------------------------------------------------------- conv / matmul
     def _weights(self, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray, int, bool]:
@@ -283,8 +319,13 @@ class _QdqToInteger(relax.PyExprMutator):
             acc = self._emit(relax.op.matmul(x, relax.const(w8), out_dtype="int32"))
         if np.any(b):
             acc = self._emit(relax.op.add(acc, relax.const(b.astype(np.int32).reshape(bshape))))
-        scaled = self._emit(relax.op.multiply(self._emit(relax.op.astype(acc, "float32")),
-                                              relax.const(m.reshape(bshape))))
+        return self._requantise(acc, m.reshape(bshape), out_dt, sy, zy, lo, hi, c_axis)
+
+    def _requantise(self, acc: relax.Expr, m: np.ndarray, out_dt: DType, sy: float, zy: int, lo: float | None,
+                    hi: float | None, c_axis: int) -> relax.Expr:
+        """``quantize(astype(acc, float32) * m, scale=1, zero_point=z_y)`` [-> the clamp of a folded
+        relu / clip]: :func:`quant.requantize` in Relax operators."""
+        scaled = self._emit(relax.op.multiply(self._emit(relax.op.astype(acc, "float32")), relax.const(m)))
         y = relax.op.quantize(scaled, relax.const(1.0, "float32"), relax.const(zy, out_dt.np.name), axis=c_axis,
                               out_dtype=out_dt.np.name)
         q_lo, q_hi = quant.clamp_bounds(out_dt, sy, zy, lo, hi)

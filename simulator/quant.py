@@ -80,6 +80,14 @@ def multiplier(s_x: float | np.ndarray, s_w: float | np.ndarray, s_y: float | np
     return np.asarray((np.asarray(s_x, f32) * np.asarray(s_w, f32)).astype(f32) / np.asarray(s_y, f32), f32)
 
 
+def average_multiplier(s_x: float, s_y: float, count: int) -> np.float32:
+    """``float32(s_x / float32(s_y * float32(count)))``: the multiplier that turns a sum of ``count``
+    8-bit values (zero point removed) into their average at the output scale (onnxruntime's
+    QLinearGlobalAveragePool)."""
+    f32 = np.float32
+    return f32(f32(s_x) / f32(f32(s_y) * f32(count)))
+
+
 def quantize_value(value: float, scale: float, zero_point: int, dtype: DType) -> int:
     """ONNX QuantizeLinear of one float (float32 division, ties to even, saturating)."""
     lo, hi = qrange(dtype)

@@ -36,6 +36,7 @@ class LayerReport:
     partition: str
     name: str
     op: str
+    dtype: str  # what the layer computes in (its bound uses this type's peak)
     description: str
     layout_in: str
     layout_out: str
@@ -96,12 +97,13 @@ class ModelReport:
 
     def table(self) -> str:
         """The report as a fixed-width text table."""
-        head = ("layer", "op", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles", "bound",
+        head = ("layer", "op", "dtype", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles", "bound",
                 "eff", "bound by")
         rows = [head]
         for x in self.layers:
             tile = " ".join(f"{k}={v}" for k, v in x.tile.items() if k not in ("kind", "stages"))
-            rows.append((x.name, x.description[:48], tile[:40], f"{x.macs / 1e6:.1f}M", f"{x.dram_bytes / 1024:.0f}",
+            rows.append((x.name, x.description[:48], x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
+                         f"{x.dram_bytes / 1024:.0f}",
                          f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
                          f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -233,7 +235,7 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
     for (layer, busy, moved, wasted), cycles, bound in zip(figures, charged, bounds, strict=True):
         load = {"tensor": busy["tensor"], "vector": busy["vector"], "dma": busy["DRAM"]}
         yield LayerReport(
-            partition=run.symbol, name=layer.name, op=layer.op, description=layer.description,
+            partition=run.symbol, name=layer.name, op=layer.op, dtype=layer.dtype, description=layer.description,
             layout_in=layer.layout_in, layout_out=layer.layout_out, tile=layer.tile, macs=layer.macs,
             input_bytes=layer.input_bytes, weight_bytes=layer.weight_bytes, output_bytes=layer.output_bytes,
             dram_bytes=moved, wasted_bytes=wasted, sram_peak_bytes=layer.sram_bytes, cycles=cycles,

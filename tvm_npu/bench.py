@@ -355,7 +355,8 @@ def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str)
     for op, xy in sorted(points.items()):
         ax.scatter(*zip(*xy, strict=True), label=f"{op} ({len(xy)})", alpha=0.75, s=24)
     xs = [p[0] for xy in points.values() for p in xy] or [1.0]
-    peaks = {d: hw.peak_macs_per_cycle(DType.from_str(d)) for d in dtypes if d in ("int8", "float16", "float32")}
+    peaks = {d: hw.peak_macs_per_cycle(DType.from_str(d)) for d in dtypes
+             if d in ("int8", "uint8", "float16", "float32")}
     top = max(peaks.values(), default=float(hw.mac_rows * hw.mac_cols))
     lo, hi = min(min(xs), top / hw.dram_bytes_per_cycle) / 4, max(max(xs), top / hw.dram_bytes_per_cycle) * 4
     grid = np.geomspace(lo, hi, 200)
