@@ -57,7 +57,8 @@ def measure(model: onnx.ModelProto, target: str, types: tuple[str, ...]) -> dict
     _, prof, _ = profile_model(executable, default_inputs(model), trace=True, timing_only=True)
     rep = model_report(prof, info)
     typed = sum(x.macs for x in rep.layers if x.dtype in types)
-    short = [{"layer": f"{x.partition}/{x.name}", "op": x.description, "dtype": x.dtype,
+    partitions = {p: i for i, p in enumerate(dict.fromkeys(x.partition for x in rep.layers))}
+    short = [{"layer": f"partition{partitions[x.partition]}/{x.name}", "op": x.description, "dtype": x.dtype,
               "efficiency": round(x.efficiency, 3), "bound_by": x.bound_by}
              for x in rep.layers if x.op in ("conv2d", "matmul") and x.efficiency < 0.90]
     return {

@@ -35,7 +35,7 @@ def reference_output(name: str) -> np.ndarray:
 
 
 def backend_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The inputs ONNX's backend test runner feeds light models (``arange / size``, float32)."""
+    """The inputs ONNX's backend test runner feeds light models (``arange / size``, in the input's type)."""
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
     for inp in model.graph.input:
@@ -43,7 +43,8 @@ def backend_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
             continue
         dims = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim)
         n = int(np.prod(dims))
-        feeds[inp.name] = (np.arange(n).reshape(dims) / n).astype(np.float32)
+        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)  # fp16 models take fp16
+        feeds[inp.name] = (np.arange(n).reshape(dims) / n).astype(dtype)
     return feeds
 
 
