@@ -288,3 +288,44 @@ def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
 
 def test_bad_repeat_is_an_error(model: Path) -> None:
     one_line_error(cli("bench", model, "--repeat", "0"), "repeat")
+
+
+# ------------------------------------------------------------------------------- quantized
+@pytest.fixture(scope="module")
+def int8_model(model: Path) -> Path:
+    """tiny_convnet quantized from the command line, as a user would."""
+    out = model.with_name("tiny_int8.onnx")
+    stdout = ok(cli("quantize", model, "-o", out, "--random", "4", "--seed", "1"))
+    assert "QuantizeLinear" in stdout and out.is_file()
+    return out
+
+
+def test_bench_and_profile_a_quantized_model(int8_model: Path, tmp_path: Path) -> None:
+    bench_json, profile_json = tmp_path / "bench.json", tmp_path / "profile.json"
+    ok(cli("bench", int8_model, "--repeat", "1", "--json", bench_json))
+    bench = json.loads(bench_json.read_text())
+    assert bench["max_abs_error"] == 0.0  # the llvm reference computes the same integer kernels
+    assert bench["npu_mac_share"] == 1.0
+    stdout = ok(cli("profile", int8_model, "--json", profile_json))
+    assert "int8" in stdout  # the report's dtype column
+    layers = json.loads(profile_json.read_text())["layers"]
+    convs = [x for x in layers if x["op"] in ("conv2d", "matmul")]
+    assert convs and all(x["dtype"] == "int8" for x in convs)
+    assert all(x["cycles"] >= x["bound_cycles"] > 0 for x in layers)  # bounds at the int8 peak still hold
+
+
+def test_unsupported_qoperator_op_is_a_one_line_error(tmp_path: Path) -> None:
+    """A QOperator model with an operator that has no QDQ equivalent here (com.microsoft QLinearSoftmax)."""
+    from onnx import TensorProto, helper
+
+    scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
+    zp = helper.make_tensor("z", TensorProto.UINT8, [], [128])
+    node = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft", axis=1,
+                            opset=13, name="softmax_q")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 10])], [scale, zp])
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    proto = helper.make_model(graph, opset_imports=opsets)
+    path = tmp_path / "qop.onnx"
+    onnx.save(proto, str(path))
+    one_line_error(cli("compile", path, "-o", tmp_path / "x.so"), "QLinearSoftmax", "softmax_q")
