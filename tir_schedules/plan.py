@@ -111,8 +111,8 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
             if i is None or uses.get(src.name, 0) != 1 or src.name in outputs:
                 continue
             prod = ops[i].spec
-            if prod.out.shape != spec.out.shape or prod.out.dtype != spec.out.dtype:
-                continue
+            if prod.out.shape != spec.out.shape or prod.out.dtype != src.dtype:
+                continue  # the steps were checked from the consumer's input type: a cast or requantisation may follow
             if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
                 continue  # a per-channel operand would line up with another axis
             between = {o.spec.out.name for o in ops[i + 1 : j]}

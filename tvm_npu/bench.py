@@ -202,6 +202,7 @@ class BenchResult:
     npu_latency_s: float  # npu_cycles at the configured clock (host operators not included)
     speedup: float | None  # llvm latency / simulated NPU latency (None: nothing ran on the NPU)
     max_abs_error: float  # between the NPU build's outputs and llvm's
+    max_rel_error: float  # max_abs_error over the largest |llvm output|
     npu_macs: int
     host_macs: int
     npu_mac_share: float
@@ -233,7 +234,8 @@ class BenchResult:
             f"latency      llvm {self.llvm_latency_s * 1e3:.3f} ms (median of {self.repeat}); NPU "
             f"{self.npu_latency_s * 1e3:.3f} ms simulated ({self.npu_cycles:,} cycles, {self.partitions} partitions)",
             f"speed        {speed}",
-            f"error        max |NPU - llvm| = {self.max_abs_error:.3g}",
+            f"error        max |NPU - llvm| = {self.max_abs_error:.3g} ({self.max_rel_error:.2g} of max |llvm|)"
+            + ("; the NPU in fp16, llvm the fp32 model" if "-precision=fp16" in self.target else ""),
             f"MACs on NPU  {self.npu_mac_share:.1%} ({self.npu_macs / 1e9:.3f} G NPU, "
             f"{self.host_macs / 1e9:.3f} G host; {self.host_ops} host operator calls)",
             f"simulator    {self.simulator_wall_s:.2f} s wall per inference "
@@ -249,6 +251,11 @@ def max_abs_error(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
         return float("inf")
     return max((float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b, strict=True) if x.size),
                default=0.0)
+
+
+def max_magnitude(arrays: Sequence[np.ndarray]) -> float:
+    """Largest absolute value over all arrays (0 for none)."""
+    return max((float(np.max(np.abs(x.astype(np.float64)))) for x in arrays if x.size), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -295,6 +302,7 @@ def compare(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndar
         model=name, target=str(npu), npu_build_s=npu_build_s, llvm_build_s=llvm_build_s, llvm_latency_s=llvm_s,
         repeat=repeat, npu_cycles=cycles, npu_latency_s=npu_s, speedup=llvm_s / npu_s if cycles else None,
         max_abs_error=max_abs_error(outputs, expected), npu_macs=info.npu_macs, host_macs=info.host_macs,
+        max_rel_error=max_abs_error(outputs, expected) / max(max_magnitude(expected), np.finfo(np.float32).tiny),
         npu_mac_share=info.npu_macs / total_macs if total_macs else 0.0, host_ops=sum(info.host_ops.values()),
         partitions=info.partitions, simulator_wall_s=sim_s, bound_cycles=rep.bound_cycles,
         efficiency=rep.efficiency, geomean_efficiency=rep.geomean_efficiency(), dram_bytes=rep.dram_bytes,
