@@ -295,3 +295,11 @@ def tight_budget(spec: OpSpec, stages: int, hw: HardwareConfig, cap: int = 65536
 
 def _fields(hw: HardwareConfig) -> dict[str, int]:
     return {f: getattr(hw, f) for f in hw.__dataclass_fields__}
+
+
+def simulate(spec: OpSpec, tile: TileParams, hw: HardwareConfig, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Compile ``spec`` with ``tile`` as :func:`run_op` does and simulate it on the caller's inputs
+    (8-bit, int32, fp16 ... arrays of the declared dtypes; :func:`run_op` draws float32 ones);
+    returns the output exactly as the simulator wrote it."""
+    program, _ = standalone_program(spec, tile, hw)
+    return Simulator(hw).run(program, dict(env)).outputs[spec.out.name]
