@@ -7,14 +7,15 @@ Importing this package registers the pattern table for the default target, so
 from .canonicalize import canonicalize_passes, simplify_reduce_of_stack
 from .extract import ExtractedOp, extract_from_context, extract_op
 from .patterns import HostFallbackWarning, make_check, pattern_table
-from .precision import fp16_accumulate, precision_passes
+from .precision import fp16_accumulate, fp16_averages, precision_passes
 from .quantized import qdq_to_integer
 
 
 def semantic_passes() -> list:
-    """The rewrites that fix what a model computes (integer kernels for QDQ regions, fp32
-    accumulation for fp16 operators): the NPU build and the llvm reference both run them."""
-    return [simplify_reduce_of_stack, qdq_to_integer, fp16_accumulate]
+    """What the llvm reference runs so that it computes what the NPU computes: integer kernels
+    for QDQ regions and fp32 accumulation for fp16 convolutions and matmuls (the NPU build runs
+    these too), and fp16 averages summed in fp32 (the NPU's pooling sums exactly)."""
+    return [simplify_reduce_of_stack, qdq_to_integer, fp16_accumulate, fp16_averages]
 
 
 __all__ = [

@@ -48,6 +48,28 @@ def fp16_accumulate(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transfor
     return _Fp16Accumulate().visit_expr(func)
 
 
+_AVERAGING = ("relax.mean", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+
+
+@relax.expr_functor.mutator
+class _Fp16Averages(relax.PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, tvm.ir.Op) or call.op.name not in _AVERAGING or str(call.ty.dtype) != "float16":
+            return call
+        wide = relax.Call(call.op, [self.builder_.emit(relax.op.astype(call.args[0], "float32")), *call.args[1:]],
+                          call.attrs, call.ty_args)
+        return relax.op.astype(self.builder_.emit(wide), "float16")
+
+
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.Fp16Averages")
+def fp16_averages(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+    """fp16 averages summed in fp32 and rounded once, for the llvm reference only: the NPU's pooling
+    sums exactly and rounds once (``isa.Pool``), TVM's fp16 pooling sums in fp16. The NPU build keeps
+    the fp16 operator (a widening cast there would be a DRAM round trip)."""
+    return _Fp16Averages().visit_expr(func)
+
+
 def precision_passes(precision: Precision) -> list[tvm.transform.Pass]:
     """The passes that fix the arithmetic types of the model before layout planning."""
     if precision == Precision.FP16:

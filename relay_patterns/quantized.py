@@ -23,10 +23,11 @@ quantized region into the integer form the NPU runs and llvm computes alike:
   point on both sides becomes the operator on the 8-bit tensor itself (quantization is
   monotone, so a max commutes with it; moving data does not change values).
 
-Anything else stays as it was (fp32 between ``dequantize`` and ``quantize``, on the
+Anything else stays as it was: fp32 between ``dequantize`` and ``quantize`` (the float
+operator is offloaded like any fp32 operator; the quantize / dequantize run on the
 host). A conv2d or matmul whose quantization this pass cannot express (per-axis
 activation scales, weight zero points that do not fit int8, a bias quantized with
-another scale, 16-bit types) stays too, with a :class:`HostFallbackWarning` naming it
+another scale, 16-bit types) stays so too, with a :class:`HostFallbackWarning` naming it
 and the reason. TVM has no pass for this (its ONNX frontend stops at Q/DQ), hence this one.
 """
 
@@ -100,8 +101,9 @@ class _QdqToInteger(relax.PyExprMutator):
             return self._rewrite(call)
         except _Skip as why:
             if str(why):
-                warnings.warn(f"{why}: the operator stays in float on the host (llvm)", HostFallbackWarning,
-                              stacklevel=2)
+                warnings.warn(f"{why}: it runs as float32 between dequantize and quantize (the float operator on "
+                              "the NPU where it can, the quantize / dequantize on the host), not as an 8-bit "
+                              "operator", HostFallbackWarning, stacklevel=2)
             return call
 
     # ------------------------------------------------------------------ dispatch
