@@ -125,32 +125,32 @@ class _QdqToInteger(relax.PyExprMutator):
             elif _op(rhs) in ("relax.nn.conv2d", "relax.matmul"):
                 main, bias = rhs, lhs
         op = _op(main)
-        if op == "relax.add" and main is y:
-            try:
-                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
-                return self._add(main, _dtype(q), sy, zy, lo, hi)
-            except _Skip as why:
-                raise _Skip(f"quantized add {main.ty.shape}: {why}" if str(why) else "") from None
         if op in ("relax.nn.conv2d", "relax.matmul"):
-            where = f"quantized {op.rsplit('.', 1)[-1]} {main.ty.shape}"
-            try:
-                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
-                if out_dt is None or not out_dt.is_quantized:
-                    raise _Skip(f"output type {q.ty.dtype} is not 8-bit; accepted: int8, uint8")
-                return self._gemm(main, bias, out_dt, sy, zy, lo, hi)
-            except _Skip as why:
-                raise _Skip(f"{where}: {why}") from None
-        if op == "relax.mean" and main is y:
-            try:
-                sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
-                return self._global_average(main, _dtype(q), sy, zy, lo, hi)
-            except _Skip as why:
-                raise _Skip(f"quantized global average {main.ty.shape}: {why}" if str(why) else "") from None
-        if op in _SAME_SCALE and lo is None and hi is None and main is y:
-            return self._same_scale(q, main)
-        if op == _DQ and lo is None and hi is None and main is y:
-            return self._same_scale(q, None)
-        raise _Skip("")
+            kind = op.rsplit(".", 1)[-1]
+
+            def build(dt: DType, sy: float, zy: int) -> relax.Expr:
+                return self._gemm(main, bias, dt, sy, zy, lo, hi)
+        elif op == "relax.add" and main is y:
+            kind = "add"
+
+            def build(dt: DType, sy: float, zy: int) -> relax.Expr:
+                return self._add(main, dt, sy, zy, lo, hi)
+        elif op == "relax.mean" and main is y:
+            kind = "global average"
+
+            def build(dt: DType, sy: float, zy: int) -> relax.Expr:
+                return self._global_average(main, dt, sy, zy, lo, hi)
+        elif op in (*_SAME_SCALE, _DQ) and lo is None and hi is None and main is y:
+            return self._same_scale(q, None if op == _DQ else main)
+        else:
+            raise _Skip("")
+        try:
+            sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
+            if out_dt is None or not out_dt.is_quantized:
+                raise _Skip(f"output type {q.ty.dtype} is not 8-bit; accepted: int8, uint8")
+            return build(out_dt, sy, zy)
+        except _Skip as why:  # an empty reason: not a quantized operator after all (nothing to warn about)
+            raise _Skip(f"quantized {kind} {main.ty.shape}: {why}" if str(why) else "") from None
 
     def _dequantized(self, expr: relax.Expr, what: str) -> tuple[relax.Expr, float, int, DType]:
         """(8-bit tensor, scale, zero point, its type) of ``dequantize(x)`` with per-tensor parameters."""
@@ -183,14 +183,14 @@ class _QdqToInteger(relax.PyExprMutator):
         return relax.Call(main.op, new_args, main.attrs, main.ty_args)
 
     # ------------------------------------------------------------------------ add
-    def _add(self, add: relax.Call, out_dt: DType | None, sy: float, zy: int, lo: float | None,
+    def _add(self, add: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
              hi: float | None) -> relax.Expr:
         """``quantize(dequantize(a) + dequantize(b))``: the rescaled sum of :func:`quant.rescale_add`."""
         if _op(self._resolve(add.args[0])) != _DQ or _op(self._resolve(add.args[1])) != _DQ:
             raise _Skip("")  # not a quantized add (e.g. a float bias): nothing to say
         a, sa, za, ta = self._dequantized(add.args[0], "first addend")
         b, sb, zb, tb = self._dequantized(add.args[1], "second addend")
-        if out_dt is None or not ta == tb == out_dt:
+        if not ta == tb == out_dt:
             raise _Skip("addends and result have different types; accepted: one of int8, uint8 for all three")
         shape = [int(d) for d in add.ty.shape]
         if [int(d) for d in a.ty.shape] != shape or [int(d) for d in b.ty.shape] != shape:
@@ -211,7 +211,7 @@ class _QdqToInteger(relax.PyExprMutator):
         return y
 
     # ------------------------------------------------------------ global average
-    def _global_average(self, mean: relax.Call, out_dt: DType | None, sy: float, zy: int, lo: float | None,
+    def _global_average(self, mean: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                         hi: float | None) -> relax.Expr:
         """``quantize(mean(dequantize(x)) over H, W)``: the sum of every channel's window as a
         depthwise convolution with unit weights, the zero point folded into the bias, then a

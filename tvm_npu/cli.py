@@ -245,12 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
-    """(name, model, normalised target) of a model command; the target is checked before any work."""
+def target_option(args: argparse.Namespace) -> str:
+    """``--target``, parsed (a bad one is an error naming the option)."""
     try:
-        target = str(parse_target(args.target))
+        return str(parse_target(args.target))
     except ValueError as e:
         raise ValueError(f"--target {args.target!r}: {e}") from None
+
+
+def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
+    """(name, model, normalised target) of a model command; the target is checked before any work."""
+    target = target_option(args)
     name, model = resolve_model(args.model)
     if args.randomize_weights is not None:
         model = randomize_weights(model, args.randomize_weights)
@@ -412,10 +417,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise ValueError(f"--top must not be negative, not {args.top}")
-    try:
-        target = str(parse_target(args.target))
-    except ValueError as e:
-        raise ValueError(f"--target {args.target!r}: {e}") from None
+    target = target_option(args)
     name, model = resolve_model(args.model)
     ref_name, reference = resolve_model(args.reference)
     shapes = dict(parse_input_shape(s) for s in args.input_shape)
@@ -449,10 +451,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, not {args.repeat}")
-    try:
-        target = str(parse_target(args.target))
-    except ValueError as e:
-        raise ValueError(f"--target {args.target!r}: {e}") from None
+    target = target_option(args)
     model = BUNDLED[DEMO_MODEL]()
     inputs = default_inputs(model)
     run = compare(DEMO_MODEL, model, target, inputs, repeat=args.repeat)
