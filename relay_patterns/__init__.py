@@ -4,6 +4,8 @@ Importing this package registers the pattern table for the default target, so
 ``tvm.relax.backend.pattern_registry.get_patterns_with_prefix("npu")`` lists it.
 """
 
+from tvm import relax
+
 from .canonicalize import canonicalize_passes, simplify_reduce_of_stack
 from .extract import ExtractedOp, extract_from_context, extract_op
 from .patterns import HostFallbackWarning, make_check, pattern_table
@@ -14,8 +16,10 @@ from .quantized import qdq_to_integer
 def semantic_passes() -> list:
     """What the llvm reference runs so that it computes what the NPU computes: integer kernels
     for QDQ regions and fp32 accumulation for fp16 convolutions and matmuls (the NPU build runs
-    these too), and fp16 averages summed in fp32 (the NPU's pooling sums exactly)."""
-    return [simplify_reduce_of_stack, qdq_to_integer, fp16_accumulate, fp16_averages]
+    these too), fp16 averages summed in fp32 (the NPU's pooling sums exactly) and inference
+    batch-norm as elementwise operators in the model's type (TVM's fp16 ``batch_norm`` returns fp32)."""
+    return [simplify_reduce_of_stack, qdq_to_integer, fp16_accumulate, fp16_averages,
+            relax.transform.DecomposeOpsForInference()]
 
 
 __all__ = [

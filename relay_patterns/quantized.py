@@ -16,9 +16,10 @@ quantized region into the integer form the NPU runs and llvm computes alike:
 * ``quantize([relu|clip](dequantize(a) + dequantize(b)))`` (a residual add) becomes the
   rescaled sum of :func:`~tvm_npu.simulator.quant.rescale_add` (onnxruntime's QLinearAdd),
   written as float32 Relax arithmetic ending in ``quantize(scale=1)``.
-* ``quantize(mean(dequantize(x)))`` over H and W (a global average pool) becomes a
-  depthwise convolution with unit weights (the per-channel sums) and a requantisation by
-  ``s_x / (s_y * H * W)`` (onnxruntime's QLinearGlobalAveragePool).
+* ``quantize(mean(dequantize(x)))`` over H and W (a global average pool) and
+  ``quantize(avg_pool2d(dequantize(x)))`` whose divisor is the window size become a
+  depthwise convolution with unit weights (exact window sums; padding reads the zero point)
+  and a requantisation by ``s_x / (s_y * count)`` (onnxruntime's QLinearGlobalAveragePool).
 * ``quantize(max_pool2d | reshape | ... (dequantize(x)))`` with the same scale and zero
   point on both sides becomes the operator on the 8-bit tensor itself (quantization is
   monotone, so a max commutes with it; moving data does not change values).
@@ -140,6 +141,11 @@ class _QdqToInteger(relax.PyExprMutator):
 
             def build(dt: DType, sy: float, zy: int) -> relax.Expr:
                 return self._global_average(main, dt, sy, zy, lo, hi)
+        elif op == "relax.nn.avg_pool2d" and main is y:
+            kind = "average pool"
+
+            def build(dt: DType, sy: float, zy: int) -> relax.Expr:
+                return self._average_pool(main, dt, sy, zy, lo, hi)
         elif op in (*_SAME_SCALE, _DQ) and lo is None and hi is None and main is y:
             return self._same_scale(q, None if op == _DQ else main)
         else:
@@ -213,25 +219,47 @@ class _QdqToInteger(relax.PyExprMutator):
     # ------------------------------------------------------------ global average
     def _global_average(self, mean: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                         hi: float | None) -> relax.Expr:
-        """``quantize(mean(dequantize(x)) over H, W)``: the sum of every channel's window as a
-        depthwise convolution with unit weights, the zero point folded into the bias, then a
-        requantisation by ``s_x / (s_y * count)`` (onnxruntime's QLinearGlobalAveragePool)."""
+        """``quantize(mean(dequantize(x)) over H, W)``: a window over the whole image
+        (onnxruntime's QLinearGlobalAveragePool computes it so)."""
         shape = [int(d) for d in mean.args[0].ty.shape]
         axes = sorted(int(a) % len(shape) for a in (mean.attrs.axis or []))
         layouts = {(2, 3): "NCHW", (1, 2): "NHWC"}
         if len(shape) != 4 or tuple(axes) not in layouts or not mean.attrs.keepdims:
             raise _Skip("")  # not a global average pool
-        x, sx, zx, dt = self._dequantized(mean.args[0], "input")
-        if out_dt != dt:
-            raise _Skip(f"input {dt.np.name} and output {out_dt} differ; accepted: one 8-bit type")
         layout = layouts[tuple(axes)]
-        c, h, w = (shape[layout.index(a)] for a in "CHW")
-        count = h * w
+        window = (shape[layout.index("H")], shape[layout.index("W")])
+        return self._window_average(mean.args[0], layout, window, (1, 1), (0, 0, 0, 0), out_dt, sy, zy, lo, hi)
+
+    def _average_pool(self, pool: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
+                      hi: float | None) -> relax.Expr:
+        """``quantize(avg_pool2d(dequantize(x)))`` whose divisor is the window size everywhere."""
+        a = pool.attrs
+        layout = str(a.layout)
+        padding = tuple(int(p) for p in a.padding)
+        padding = padding * 2 if len(padding) == 2 else padding
+        if a.ceil_mode or any(int(d) != 1 for d in a.dilation) or str(a.out_layout or layout) != layout:
+            raise _Skip("ceil_mode, dilation or a layout change; accepted: none of them")
+        if any(padding) and not a.count_include_pad:
+            raise _Skip("padding left out of the count makes the divisor vary at the borders; accepted: "
+                        "count_include_pad=1 or no padding")
+        return self._window_average(pool.args[0], layout, tuple(int(k) for k in a.pool_size),
+                                    tuple(int(s) for s in a.strides), padding, out_dt, sy, zy, lo, hi)
+
+    def _window_average(self, data: relax.Expr, layout: str, window: tuple, strides: tuple, padding: tuple,
+                        out_dt: DType, sy: float, zy: int, lo: float | None, hi: float | None) -> relax.Expr:
+        """The 8-bit average over windows of ``window`` elements: every channel's window sum as a
+        depthwise convolution with unit weights (padding reads the zero point), the zero point
+        folded into the bias, and a requantisation by ``s_x / (s_y * count)``: exact sums and one
+        rounding (onnxruntime's QLinearGlobalAveragePool; its float average pools agree within a step)."""
+        x, sx, zx, dt = self._dequantized(data, "input")
+        if out_dt != dt:
+            raise _Skip(f"input {dt.np.name} and output {out_dt.np.name} differ; accepted: one 8-bit type")
+        c = int(data.ty.shape[layout.index("C")])
+        count = window[0] * window[1]
         bshape = [1, 1, 1, 1]
         bshape[layout.index("C")] = c
-        ones = relax.const(np.ones((c, 1, h, w), np.int8))
-        acc = self._emit(relax.op.nn.conv2d(x, ones, groups=c, data_layout=layout, kernel_layout="OIHW",
-                                            out_layout=layout, out_dtype="int32"))
+        acc = self._emit(self._conv(x, np.ones((c, 1, *window), np.int8), zx, layout=layout, groups=c,
+                                    strides=strides, padding=padding))
         if zx:
             acc = self._emit(relax.op.add(acc, relax.const(np.full(bshape, -zx * count, np.int32))))
         m = np.full(bshape, quant.average_multiplier(sx, sy, count), np.float32)
@@ -316,7 +344,7 @@ class _QdqToInteger(relax.PyExprMutator):
         bshape[c_axis] = channels
         w8 = np.ascontiguousarray(w.astype(np.int8))
         if conv:
-            acc = self._emit(self._conv(main, x, w8, zx))
+            acc = self._emit(self._conv(x, w8, zx, main.attrs))
         else:
             acc = self._emit(relax.op.matmul(x, relax.const(w8), out_dtype="int32"))
         if np.any(b):
@@ -335,22 +363,27 @@ class _QdqToInteger(relax.PyExprMutator):
             y = relax.op.clip(self._emit(y), q_lo, q_hi)
         return y
 
-    def _conv(self, conv: relax.Call, x: relax.Expr, w8: np.ndarray, zx: int) -> relax.Expr:
-        """The integer convolution; padding reads the input's zero point (an explicit ``nn.pad``)."""
-        attrs = conv.attrs
-        padding = [int(p) for p in attrs.padding]
+    def _conv(self, x: relax.Expr, w8: np.ndarray, zx: int, attrs: relax.Expr | None = None, *,
+              layout: str = "NCHW", groups: int = 1, strides: tuple = (1, 1), padding: tuple = (0, 0, 0, 0),
+              kernel_layout: str = "OIHW") -> relax.Expr:
+        """The integer convolution (attributes from ``attrs`` of a conv2d, or given); padding reads the
+        input's zero point (an explicit ``nn.pad``, folded back into the NPU convolution)."""
+        dilation: tuple = (1, 1)
+        if attrs is not None:
+            layout, groups, kernel_layout = str(attrs.data_layout), int(attrs.groups), str(attrs.kernel_layout)
+            strides, dilation = tuple(attrs.strides), tuple(attrs.dilation)
+            padding = tuple(int(p) for p in attrs.padding)
         if len(padding) == 2:
             padding = padding * 2
-        layout = str(attrs.data_layout)
         if zx != 0 and any(padding):
             top, left, bottom, right = padding
             width = {"N": (0, 0), "C": (0, 0), "H": (top, bottom), "W": (left, right)}
             x = self._emit(relax.op.nn.pad(x, [p for a in layout for p in width[a]], pad_value=float(zx)))
-            padding = [0, 0, 0, 0]
-        return relax.op.nn.conv2d(
-            x, relax.const(w8), strides=attrs.strides, padding=padding, dilation=attrs.dilation,
-            groups=int(attrs.groups), data_layout=layout, kernel_layout=str(attrs.kernel_layout),
-            out_layout=str(attrs.out_layout or layout), out_dtype="int32")
+            padding = (0, 0, 0, 0)
+        out_layout = str(attrs.out_layout or layout) if attrs is not None else layout
+        return relax.op.nn.conv2d(x, relax.const(w8), strides=strides, padding=padding, dilation=dilation,
+                                  groups=groups, data_layout=layout, kernel_layout=kernel_layout,
+                                  out_layout=out_layout, out_dtype="int32")
 
 
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.QdqToInteger")
