@@ -1,10 +1,14 @@
 """Differential fuzzing campaign: random ONNX graphs x random targets, NPU against llvm and onnxruntime.
 
     python benchmarks/fuzz.py --examples 300 --seed 0 [--out benchmarks/results/fuzz] [--timeout 600]
+                              [--precision fp32|int8|uint8|fp16|all] [--minutes M]
 
 The graphs and targets come from ``tests/fuzz/graphs.py`` (hypothesis strategies), the verdict from
-``tests/fuzz/oracle.py``. Every case runs in a worker process, so a crash (signal) or a hang (no answer
-within ``--timeout`` seconds) is a failure of its own and the campaign goes on with a fresh worker.
+``tests/fuzz/oracle.py``. ``--precision`` converts every graph to int8 / uint8 (QDQ, onnxruntime's
+quantizer) or fp16, or draws one of the four per case (``all``); ``--minutes`` stops generating
+cases after that long (a shrink under way finishes). Every case runs in a worker process, so a crash
+(signal) or a hang (no answer within ``--timeout`` seconds) is a failure of its own and the campaign
+goes on with a fresh worker.
 
 Hypothesis drives the campaign in rounds: a round generates cases until the first failure of a new
 kind (verdict, exception class and the project function that raised it), then shrinks it to a
@@ -14,7 +18,7 @@ Each minimal failure is saved in ``<out>/failures/<n>-<kind>/``: ``model.onnx``,
 ``GraphBuilder`` program, the target string and the input seed) and ``outcome.txt`` (the verdict and
 the head of the traceback). The summary (also ``<out>/summary.json``) gives the cases, how many
 matched, fell back to the host, differed only by rounding of an ill-conditioned output (settled
-against float64), raised the project's own errors (by type) or failed.
+against float64), raised the project's own errors (by type) or failed, in all and per precision.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
 import onnx  # noqa: E402
-from graphs import FuzzGraph, graphs, targets  # noqa: E402
+from graphs import PRECISIONS, FuzzGraph, graphs, targets  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -133,9 +137,13 @@ class Campaign:
     worker: Worker
     out: Path
     shrink_seconds: float
+    precisions: tuple[str, ...] = ("fp32",)
+    deadline: float = float("inf")  # time.monotonic() after which no new case starts
+    out_of_time: bool = False
     cases: int = 0
     shrink_calls: int = 0
     verdicts: collections.Counter = field(default_factory=collections.Counter)
+    by_precision: dict[str, collections.Counter] = field(default_factory=dict)
     own_errors: collections.Counter = field(default_factory=collections.Counter)
     own_examples: dict = field(default_factory=dict)
     npu_cases: int = 0
@@ -143,6 +151,10 @@ class Campaign:
     failures: dict[str, Failure] = field(default_factory=dict)
     seen: set = field(default_factory=set)
     seconds: float = 0.0
+
+
+class OutOfTime(BaseException):
+    """Ends the campaign at its deadline (a BaseException: hypothesis lets it through without shrinking)."""
 
 
 class NewFailure(Exception):
@@ -174,6 +186,8 @@ def _verdict(c: Campaign, state: dict[str, Any], graph: FuzzGraph, target: str, 
         return best if key == _key(best.graph, best.target, best.seed) else None
     if not shrinking and key in c.seen:  # the same graph, target and inputs again: nothing to learn
         return None
+    if not shrinking and time.monotonic() > c.deadline:
+        raise OutOfTime
     outcome = c.worker.run(graph.model, target, seed)
     if shrinking:
         c.shrink_calls += 1
@@ -181,16 +195,17 @@ def _verdict(c: Campaign, state: dict[str, Any], graph: FuzzGraph, target: str, 
         c.seen.add(key)
         c.cases += 1
         c.verdicts[outcome.status] += 1
+        c.by_precision.setdefault(graph.precision, collections.Counter())[outcome.status] += 1
         c.npu_cases += outcome.npu_runs > 0
         c.layers.update(outcome.npu_layers)
         if outcome.status == "own-error":
             c.own_errors[outcome.kind] += 1
             c.own_examples.setdefault(outcome.signature, (graph, target, seed, outcome))
-        print(f"[{c.cases}] {outcome.status:9s} {outcome.kind:28s} {outcome.seconds:5.1f}s npu_runs="
-              f"{outcome.npu_runs} nodes={len(graph.model.graph.node)} {target!r}", flush=True)
+        print(f"[{c.cases}] {graph.precision:5s} {outcome.status:9s} {outcome.kind:28s} {outcome.seconds:5.1f}s "
+              f"npu_runs={outcome.npu_runs} nodes={len(graph.model.graph.node)} {target!r}", flush=True)
     if outcome.ok:
         return None
-    sig = outcome.signature
+    sig = f"{graph.precision}/{outcome.signature}"  # one bug in two precisions is minimised twice
     if shrinking:
         if sig != state["target"]:
             return None
@@ -212,7 +227,8 @@ def run_round(c: Campaign, examples: int, round_seed: int, max_nodes: int, exten
               phases=[Phase.generate, Phase.shrink], print_blob=False,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
     @hypothesis_seed(round_seed)
-    @given(graph=graphs(max_nodes=max_nodes), target=targets(extended), seed=st.integers(0, 2**16))
+    @given(graph=graphs(max_nodes=max_nodes, precisions=c.precisions), target=targets(extended),
+           seed=st.integers(0, 2**16))
     def case(graph: FuzzGraph, target: str, seed: int) -> None:
         failing = _verdict(c, state, graph, target, seed)
         if failing is not None:  # one raise site: hypothesis tells bugs apart by type and origin
@@ -222,6 +238,8 @@ def run_round(c: Campaign, examples: int, round_seed: int, max_nodes: int, exten
         case()
     except NewFailure:
         pass
+    except OutOfTime:
+        c.out_of_time = True
     except Exception as e:  # hypothesis: flaky failure, health check ...
         print(f"round {round_seed}: hypothesis stopped: {type(e).__name__}: {str(e)[:500]}", flush=True)
         traceback.print_exc()
@@ -253,6 +271,7 @@ def summary(c: Campaign) -> dict:
         "ill_conditioned": c.verdicts["ill-conditioned"],
         "own_errors": dict(c.own_errors),
         "failures": c.verdicts["failure"],
+        "by_precision": {p: dict(v) for p, v in sorted(c.by_precision.items())},
         "cases_with_npu_runs": c.npu_cases,
         "npu_layers": dict(c.layers),
         "shrink_calls": c.shrink_calls,
@@ -278,6 +297,8 @@ def print_summary(c: Campaign) -> None:
     print(f"matched {s['matched']}, host fallbacks {s['fallbacks']}, ill-conditioned (rounding, settled in float64) "
           f"{s['ill_conditioned']}, own errors {sum(c.own_errors.values())} {s['own_errors']}, "
           f"failures {s['failures']}")
+    for precision, verdicts in s["by_precision"].items():
+        print(f"  {precision}: {sum(verdicts.values())} cases, {verdicts}")
     for f in c.failures.values():
         tag = f"known bug {f.known}" if f.known else ("minimised" if f.minimised else "not minimised")
         print(f"\n- {f.signature}: {f.count} case(s), {tag}; target {f.target!r}, input seed {f.seed}")
@@ -299,14 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shrink-seconds", type=float, default=900.0, help="shrinking budget per new failure")
     p.add_argument("--extended-targets", action="store_true",
                    help="also draw the other documented target options (EXTENDED_TARGET_OPTIONS in graphs.py)")
+    p.add_argument("--precision", choices=[*PRECISIONS, "all"], default="fp32",
+                   help="the graphs' precision (graphs.py PRECISIONS); all: one of them drawn per case")
+    p.add_argument("--minutes", type=float, default=None, help="stop starting new cases after this long")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    c = Campaign(Worker(args.timeout), args.out, args.shrink_seconds)
     t0 = time.monotonic()
+    precisions = PRECISIONS if args.precision == "all" else (args.precision,)
+    deadline = t0 + 60 * args.minutes if args.minutes is not None else float("inf")
+    c = Campaign(Worker(args.timeout), args.out, args.shrink_seconds, precisions, deadline)
     round_seed = args.seed
     idle = 0
     try:
-        while c.cases < args.examples and idle < 3:  # three rounds in a row of repeats only: give up
+        while c.cases < args.examples and idle < 3 and not c.out_of_time:  # 3 rounds of repeats: give up
             before = c.cases
             run_round(c, args.examples - c.cases, round_seed, args.max_nodes, args.extended_targets)
             round_seed += 1

@@ -357,6 +357,8 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
         return Epilogue(step.kind, lo=step.lo, hi=step.hi, dtype=step.dtype)
     if step.kind == EpiKind.REQUANT:
         arr = const_array(step.operand)
+        if tuple(arr.shape) == out.shape:  # one multiplier per output element (an average's border counts)
+            return Epilogue(step.kind, region.add_const(arr, out.layout), ints=step.ints, dtype=step.dtype)
         if _broadcast_axis(tuple(arr.shape), out.shape) not in (None, axis):
             raise ValueError(f"requantisation multipliers of shape {arr.shape} are not per channel")
         vec = np.broadcast_to(arr.reshape(-1), (out.shape[axis],)).astype(np.float32)

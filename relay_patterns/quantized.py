@@ -232,25 +232,26 @@ class _QdqToInteger(relax.PyExprMutator):
 
     def _average_pool(self, pool: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                       hi: float | None) -> relax.Expr:
-        """``quantize(avg_pool2d(dequantize(x)))`` whose divisor is the window size everywhere."""
+        """``quantize(avg_pool2d(dequantize(x)))``."""
         a = pool.attrs
         layout = str(a.layout)
         padding = tuple(int(p) for p in a.padding)
         padding = padding * 2 if len(padding) == 2 else padding
         if a.ceil_mode or any(int(d) != 1 for d in a.dilation) or str(a.out_layout or layout) != layout:
             raise _Skip("ceil_mode, dilation or a layout change; accepted: none of them")
-        if any(padding) and not a.count_include_pad:
-            raise _Skip("padding left out of the count makes the divisor vary at the borders; accepted: "
-                        "count_include_pad=1 or no padding")
         return self._window_average(pool.args[0], layout, tuple(int(k) for k in a.pool_size),
-                                    tuple(int(s) for s in a.strides), padding, out_dt, sy, zy, lo, hi)
+                                    tuple(int(s) for s in a.strides), padding, out_dt, sy, zy, lo, hi,
+                                    count_pad=bool(a.count_include_pad))
 
     def _window_average(self, data: relax.Expr, layout: str, window: tuple, strides: tuple, padding: tuple,
-                        out_dt: DType, sy: float, zy: int, lo: float | None, hi: float | None) -> relax.Expr:
-        """The 8-bit average over windows of ``window`` elements: every channel's window sum as a
-        depthwise convolution with unit weights (padding reads the zero point), the zero point
-        folded into the bias, and a requantisation by ``s_x / (s_y * count)``: exact sums and one
-        rounding (onnxruntime's QLinearGlobalAveragePool; its float average pools agree within a step)."""
+                        out_dt: DType, sy: float, zy: int, lo: float | None, hi: float | None,
+                        count_pad: bool = True) -> relax.Expr:
+        """The 8-bit average over windows: every channel's window sum as a depthwise convolution with
+        unit weights (padding reads the zero point, so it adds nothing once the zero point is taken
+        out through the bias), and a requantisation by ``s_x / (s_y * count)``: exact sums and one
+        rounding (onnxruntime's QLinearGlobalAveragePool; its float average pools agree within a
+        step). Without ``count_pad`` a window's count is its positions inside the image, so at the
+        borders the multiplier varies by position (a full-shape multiplier operand)."""
         x, sx, zx, dt = self._dequantized(data, "input")
         if out_dt != dt:
             raise _Skip(f"input {dt.np.name} and output {out_dt.np.name} differ; accepted: one 8-bit type")
@@ -262,8 +263,12 @@ class _QdqToInteger(relax.PyExprMutator):
                                     strides=strides, padding=padding))
         if zx:
             acc = self._emit(relax.op.add(acc, relax.const(np.full(bshape, -zx * count, np.int32))))
-        m = np.full(bshape, quant.average_multiplier(sx, sy, count), np.float32)
-        return self._requantise(acc, m, out_dt, sy, zy, lo, hi, layout.index("C"))
+        if count_pad or not any(padding):
+            m = np.full(bshape, quant.average_multiplier(sx, sy, count), np.float32)
+        else:
+            counts = _inside_counts([int(d) for d in data.ty.shape], layout, window, strides, padding)
+            m = np.broadcast_to(quant.average_multiplier(sx, sy, counts), [int(d) for d in acc.ty.shape])
+        return self._requantise(acc, np.ascontiguousarray(m, np.float32), out_dt, sy, zy, lo, hi, layout.index("C"))
 
     # -------------------------------------------------------------- conv / matmul
     def _weights(self, expr: relax.Expr) -> tuple[np.ndarray, np.ndarray, int, bool]:
@@ -384,6 +389,17 @@ class _QdqToInteger(relax.PyExprMutator):
         return relax.op.nn.conv2d(x, relax.const(w8), strides=strides, padding=padding, dilation=dilation,
                                   groups=groups, data_layout=layout, kernel_layout=kernel_layout,
                                   out_layout=out_layout, out_dtype="int32")
+
+
+def _inside_counts(shape: list[int], layout: str, window: tuple, strides: tuple, padding: tuple) -> np.ndarray:
+    """Per output position (broadcastable to the output), how many window positions lie inside the image."""
+    per_axis = []
+    for i, axis in enumerate("HW"):
+        size, k, s, lo, hi = shape[layout.index(axis)], window[i], strides[i], padding[i], padding[i + 2]
+        starts = np.arange((size + lo + hi - k) // s + 1) * s - lo
+        per_axis.append(np.minimum(starts + k, size) - np.maximum(starts, 0))
+    counts = np.outer(per_axis[0], per_axis[1])
+    return counts.reshape([counts.shape[0] if a == "H" else counts.shape[1] if a == "W" else 1 for a in layout])
 
 
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.QdqToInteger")

@@ -7,13 +7,22 @@ Two layers:
   tensor it creates and drawing weights from its own seeded generator (scaled by fan-in so that
   activations stay O(1)). Every call is also recorded as a line of Python, so a generated graph
   prints as the program that rebuilds it exactly (the regression tests are such programs).
-* :func:`graphs` is a hypothesis strategy that drives the builder: 1-8 ONNX nodes, fp32, static
-  shapes, batch 1-2, opset 13-17. It picks an operator applicable to the tensors built so far and a
-  source tensor (usually the latest, sometimes an earlier one: fan-out), draws its attributes so that
-  the graph stays valid, and returns a :class:`FuzzGraph`. Every graph is checked with
-  ``onnx.checker.check_model(full_check=True)`` and strict shape inference must agree with the
-  shapes the builder tracked. Shrinking goes towards fewer nodes, chains instead of fan-out, smaller
-  tensors and the default attributes.
+* :func:`graphs` is a hypothesis strategy that drives the builder: 1-8 ONNX nodes, fp32 (or another
+  precision, below), static shapes, batch 1-2, opset 13-17. It picks an operator applicable to the
+  tensors built so far and a source tensor (usually the latest, sometimes an earlier one: fan-out),
+  draws its attributes so that the graph stays valid, and returns a :class:`FuzzGraph`. Every graph
+  is checked with ``onnx.checker.check_model(full_check=True)`` and strict shape inference must agree
+  with the shapes the builder tracked. Shrinking goes towards fewer nodes, chains instead of fan-out,
+  smaller tensors and the default attributes.
+
+Precisions (:data:`PRECISIONS`, ``graphs(precisions=...)``): the fp32 graph as built, or that graph
+converted the way users convert theirs, as one last recorded call (``b.precision(...)``):
+``int8`` / ``uint8`` quantize it with ``tvm_npu.quantize.quantize_model`` (onnxruntime's
+``quantize_static``, QDQ: symmetric int8 weights per output channel or per tensor, asymmetric 8-bit
+activations calibrated on seeded random samples; the model keeps its float inputs and dequantized
+outputs) and ``fp16`` converts it with ``onnxconverter_common.float16.convert_float_to_float16``
+(fp16 weights, inputs and outputs). The precision and its parameters are drawn after the graph, so a
+graph shrinks the same in every precision.
 
 Inputs: (N, C, H, W) with N 1-2, C 1-16 and H, W 1-16 (H = W half the time, for the square
 MatMul), one draw in eight up to C 64 / H, W 40 so that the planner has to tile; one graph in five
@@ -39,6 +48,8 @@ draws the other documented options of :data:`EXTENDED_TARGET_OPTIONS`.
 from __future__ import annotations
 
 import math
+import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +68,12 @@ BINARY = ("Add", "Sub", "Mul", "Max", "Min")
 MAX_SCALE = 30.0
 #: the largest Flatten a dense layer follows (its weight stays below a few MB)
 MAX_FEATURES = 4096
+#: the model precisions :func:`graphs` can draw (see the module docstring)
+PRECISIONS = ("fp32", "int8", "uint8", "fp16")
+QUANTIZED = ("int8", "uint8")
+#: seeded standard-normal samples the quantizer calibrates activation ranges on (as ``tvm-npu quantize
+#: --random 8`` does; the cases then run on other seeded inputs, which may leave the calibrated range)
+CALIBRATION_SAMPLES = 8
 
 #: target options the fuzzer draws, each independently (the first choice, no option, is what shrinking
 #: aims at); every documented combination of the brief plus a tight SRAM budget that forces fallbacks
@@ -132,6 +149,7 @@ class GraphBuilder:
         self.consumers: dict[str, int] = {}
         self.code: list[str] = [f"b = GraphBuilder(seed={seed}, opset={opset})"]
         self._names: dict[str, int] = {}
+        self._precision: tuple[str, bool, int] = ("fp32", True, 0)
 
     # ------------------------------------------------------------------------------- plumbing
     def _name(self, prefix: str) -> str:
@@ -309,9 +327,17 @@ class GraphBuilder:
         return self._log(self._node("MatMul", [a.name, b.name], shape, scale), f"matmul({a}, {b})")
 
     # ------------------------------------------------------------------------------- the model
+    def precision(self, precision: str, per_channel: bool = True, calibration_seed: int = 0) -> None:
+        """Make :meth:`model` return the graph in ``precision`` (:func:`convert_precision`); the two
+        quantization parameters matter for ``int8`` / ``uint8`` only (and are recorded only then)."""
+        assert precision in PRECISIONS, precision
+        self._precision = (precision, per_channel, calibration_seed)
+        args = f", per_channel={per_channel}, calibration_seed={calibration_seed}" if precision in QUANTIZED else ""
+        self.code.append(f"b.precision({precision!r}{args})")
+
     def model(self, outputs: Sequence[T] | None = None) -> onnx.ModelProto:
         """The ONNX model; its outputs are ``outputs``, or every activation nothing reads and those
-        made outputs with :meth:`output`."""
+        made outputs with :meth:`output`; in the precision :meth:`precision` chose."""
         if outputs is None:
             outs = self.unused()
             outs += [t for t in self.extra_outputs if t not in outs]
@@ -326,7 +352,32 @@ class GraphBuilder:
         model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", self.opset)], ir_version=IR_VERSION,
                               producer_name="tvm-npu-fuzz")
         check(model)
+        return convert_precision(model, *self._precision)
+
+
+def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool = True,
+                      calibration_seed: int = 0) -> onnx.ModelProto:
+    """``model`` (fp32) as a user would convert it to ``precision``: quantized by
+    ``tvm_npu.quantize.quantize_model`` (QDQ, 8-bit activations of that type, calibrated on
+    :data:`CALIBRATION_SAMPLES` random samples drawn with ``calibration_seed``), or converted to fp16
+    by ``onnxconverter_common``; checked by the onnx checker."""
+    if precision == "fp32":
         return model
+    if precision == "fp16":
+        from onnxconverter_common import float16
+
+        with warnings.catch_warnings():  # it warns about every weight below fp16's smallest normal
+            warnings.simplefilter("ignore", UserWarning)
+            converted = float16.convert_float_to_float16(model)
+    else:
+        from tvm_npu.quantize import quantize_model
+
+        with tempfile.TemporaryDirectory(prefix="tvm-npu-fuzz.") as tmp:
+            path = quantize_model(model, f"{tmp}/model.onnx", random=CALIBRATION_SAMPLES, seed=calibration_seed,
+                                  activations=precision, per_channel=per_channel)
+            converted = onnx.load(str(path))
+    onnx.checker.check_model(converted, full_check=True)
+    return converted
 
 
 def check(model: onnx.ModelProto) -> None:
@@ -347,6 +398,7 @@ class FuzzGraph:
     model: onnx.ModelProto = field(repr=False)
     code: tuple[str, ...]
     ops: tuple[str, ...]
+    precision: str = "fp32"
 
     def __repr__(self) -> str:
         return "FuzzGraph(\n    " + "\n    ".join(self.code) + "\n)"
@@ -553,8 +605,9 @@ def _dense(draw: st.DrawFn, b: GraphBuilder, x: T, budget: int, kind: str | None
 
 
 @st.composite
-def graphs(draw: st.DrawFn, max_nodes: int = 8) -> FuzzGraph:
-    """A random valid ONNX graph with 1..``max_nodes`` nodes (see the module docstring)."""
+def graphs(draw: st.DrawFn, max_nodes: int = 8, precisions: Sequence[str] = ("fp32",)) -> FuzzGraph:
+    """A random valid ONNX graph with 1..``max_nodes`` nodes in one of ``precisions`` (see the module
+    docstring)."""
     b = GraphBuilder(seed=draw(st.integers(0, 2**16)), opset=draw(st.sampled_from(OPSETS)))
     batch = draw(st.integers(1, 2))
     if draw(st.integers(0, 4)) == 4:
@@ -578,7 +631,12 @@ def graphs(draw: st.DrawFn, max_nodes: int = 8) -> FuzzGraph:
     read = [t for t in b.visible if t not in b.inputs and t.name in b.consumers]
     if read and draw(st.integers(0, 3)) == 3:  # an intermediate is a graph output too
         b.output(read[len(read) - 1 - draw(st.integers(0, len(read) - 1))])
-    return FuzzGraph(b.model(), tuple(b.code), tuple(ops))
+    precision = draw(st.sampled_from(precisions))  # last: the graph's draws do not depend on it
+    if precision in QUANTIZED:
+        b.precision(precision, per_channel=draw(st.booleans()), calibration_seed=draw(st.integers(0, 2**16)))
+    elif precision != "fp32":
+        b.precision(precision)
+    return FuzzGraph(b.model(), tuple(b.code), tuple(ops), precision)
 
 
 @st.composite

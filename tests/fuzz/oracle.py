@@ -6,7 +6,9 @@
 * ``tvm_npu.build_reference`` (everything on llvm): the reference the project promises to match;
 * ``tvm_npu.build(model, target)``, run under ``tvm_npu.profile()`` (NPU partitions on the simulator).
 
-and classifies the outcome (:class:`Outcome`):
+and classifies the outcome (:class:`Outcome`). What "the same numbers" means depends on the model's
+precision (:func:`model_precision`, read off the model); the fp32 rules come first, the 8-bit and fp16
+ones after the list.
 
 ``match``      the NPU result equals llvm (fp32 rtol 1e-4 / atol 1e-5) and onnxruntime (max error
                relative to the output's range <= 1e-4, where an element may in addition be off by
@@ -19,9 +21,34 @@ and classifies the outcome (:class:`Outcome`):
 ``own-error``  the build or the run raised one of the project's own exception classes (defined in a
                ``tvm_npu`` module: ``PlanError``, ``EmitError``, ``NoTileFits``, the simulator's errors ...);
 ``failure``    anything else: a foreign exception (IndexError, TypeError, AssertionError, a TVM internal
-               error ...), a wrong number (``mismatch-vs-llvm``, ``mismatch-vs-onnxruntime``), the
-               llvm reference itself failing or disagreeing with onnxruntime (``reference-*``), a
+               error ...), a wrong number (``mismatch-vs-llvm``, ``mismatch-vs-onnxruntime``), an
+               output of another type than the model declares (``wrong-dtype``), the llvm reference
+               itself failing, disagreeing with onnxruntime or of the wrong type (``reference-*``), a
                timeout, or (in ``benchmarks/fuzz.py``'s worker) a crashed process.
+
+8-bit (QDQ) models: onnxruntime runs at ``ORT_ENABLE_BASIC``, the QDQ graph as written (float
+arithmetic between QuantizeLinear and DequantizeLinear, the ONNX semantics; its default level fuses
+QDQ into integer kernels that saturate uint8 products on x86 without VNNI). The llvm reference computes
+the same integer kernels as the NPU (``build_reference`` runs the same semantic rewrites), so an
+output that is dequantized from 8 bits must be bit-exact against llvm; against onnxruntime it is
+compared in quantization steps of its DequantizeLinear: at least 99.9% of the elements equal and none
+more than one step apart (integer kernels and the float path round differently on rare elements). An
+output computed in float from dequantized tensors (operators the quantizer leaves in float: Sub, Max,
+Min, Tanh, ReduceMean) follows the fp32 rule against llvm (those operators may run on the NPU in
+fp32), and against onnxruntime may be off by one step of each quantized tensor it is computed from
+(:func:`output_units`). Where the NPU is bit-exact with llvm and both are off onnxruntime, the tie
+arbiter (:func:`tie_arbiter`) looks for the first 8-bit tensor llvm and onnxruntime differ in: when
+every difference there is a value exactly half a step between two (an average pool's often are),
+which the integer kernels round half to even and onnxruntime's fp32 float path to either side, the
+case is ``ill-conditioned`` (kind ``ties``; a wrong number after such a tie would hide in that case).
+
+fp16 models: the NPU against llvm only: no NaN or inf where llvm is finite, and every element within
+:data:`FP16_ULPS` fp16 ulps of the output's largest magnitude (the constant says why); beyond that,
+the float64 arbiter (the fp16 model evaluated in float64) may still find the NPU as close to the exact
+result as llvm (``ill-conditioned``). Not onnxruntime: its CPU provider runs fp16 nodes it has no fp16
+kernel for in fp32 and drops the casts between them, so it rounds a chain of nodes once where the
+model rounds every node's result (MatMul -> Add: ``x @ w + k`` with ``x @ w`` also an output, onnxruntime
+0.0004482, the model's fp16 semantics, numpy, llvm and the NPU 0.0004272: 48 ulps of that output).
 
 Errors raised inside a Python callback that TVM calls (the codegen ``relax.ext.npu``, the simulator
 behind the ``npu`` runtime module) cross TVM's FFI, which keeps only the registered exception
@@ -35,6 +62,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import math
 import pkgutil
 import signal
 import time
@@ -47,6 +75,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import tvm
+from onnx import TensorProto
+from onnx import numpy_helper as nh
 from tvm import relax
 from tvm_npu.simulator import HazardError
 
@@ -55,6 +85,28 @@ import tvm_npu
 RTOL, ATOL = 1e-4, 1e-5  # against llvm (the project's promise)
 ORT_RANGE_TOL = 1e-4  # against onnxruntime: max |error| / (max - min of the output) ...
 ORT_ELEMENT_RTOL = 1e-5  # ... not counting 1e-5 of each element's own magnitude (near-constant outputs)
+#: 8-bit against onnxruntime: the share of an output's elements that may differ (by one step at most)
+QUANT_UNEQUAL_SHARE = 1e-3
+#: a float value within this many quantization steps of half a step is a tie (:func:`tie_arbiter`): fp32
+#: rounding of a few operations on values of up to 2**8 steps moves them by about 2**8 * 2**-24 * ops
+TIE_STEPS = 1e-3
+#: fp16 against llvm: every element within this many ulps of the output's largest magnitude (2**-10
+#: of it per ulp). Both accumulate in fp32 and round once per operator, so an operator's result differs
+#: by one ulp where the two fp32 sums (other order) straddle a rounding point; the NPU also rounds fewer
+#: times (its epilogue applies bias, folded batch-norm, activation and residual add in
+#: fp32 before one rounding; llvm rounds after each ONNX node), rounds batch-norm folded into fp16
+#: weights, and approximates sigmoid/tanh within a few ulps. That is about one ulp per node of the
+#: graph (at most 8), and the layers after it pass it on with gain about one (weights scaled by
+#: fan-in, 1-Lipschitz activations): 8 ulps; a wrong operator is off by far more (it changes values
+#: by their own size), fp16 accumulation instead of fp32 by about sqrt(fan-in) ulps.
+FP16_ULPS = 8
+FP16_ULP = 2.0**-10  # of a value's magnitude, an upper bound of its fp16 ulp
+#: operators that change a value by at most as much as an operand changes (gain <= 1 per operand): an
+#: output of float operators on dequantized tensors is off by at most one step of each such tensor
+GAIN_ONE = frozenset({"Add", "Sub", "Max", "Min", "Relu", "Clip", "Sigmoid", "Tanh", "ReduceMean", "MaxPool",
+                      "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Identity"})
+#: those of them whose second input is an operand too (not a bound or a shape)
+BINARY_INPUTS = frozenset({"Add", "Sub", "Max", "Min"})
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("relay_patterns", "tir_schedules", "codegen", "simulator")
 PROJECT_DIRS = tuple(str(REPO / d) for d in ("tvm_npu", *STAGES))
@@ -191,8 +243,23 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------ running
+def model_precision(model: onnx.ModelProto) -> str:
+    """``fp16`` (fp16 inputs), ``int8`` / ``uint8`` (QDQ: the type of its QuantizeLinear's zero
+    point, uint8 without one, as ONNX says) or ``fp32`` (also a model the quantizer left as it was,
+    finding nothing to quantize): which rules judge the case."""
+    inits = {i.name: i for i in model.graph.initializer}
+    if any(i.type.tensor_type.elem_type == TensorProto.FLOAT16 for i in model.graph.input if i.name not in inits):
+        return "fp16"
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear":
+            zero_point = inits.get(node.input[2]) if len(node.input) > 2 else None
+            return "int8" if zero_point is not None and zero_point.data_type == TensorProto.INT8 else "uint8"
+    return "fp32"
+
+
 def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
-    """Seeded standard-normal fp32 arrays for the graph inputs (initializers excluded)."""
+    """Seeded standard-normal arrays, in each input's type (fp32 or fp16), for the graph inputs
+    (initializers excluded)."""
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
@@ -200,16 +267,21 @@ def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
         if inp.name in inits:
             continue
         shape = tuple(d.dim_value for d in inp.type.tensor_type.shape.dim)
-        feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        feeds[inp.name] = rng.standard_normal(shape).astype(np.float32).astype(dtype)
     return feeds
 
 
-def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], basic: bool = False) -> list[np.ndarray]:
+    """The model's outputs from onnxruntime's CPU provider; ``basic``: at ``ORT_ENABLE_BASIC``, which
+    leaves QDQ nodes as written (the default level fuses them into integer kernels)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    if basic:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return [np.asarray(a) for a in session.run(None, feeds)]
 
@@ -287,11 +359,13 @@ def run_case(model: onnx.ModelProto, target: str, seed: int = 0, timeout: float 
     The model must be valid (onnxruntime runs it): a failure there is the generator's bug and raises.
     """
     t0 = time.perf_counter()
+    precision = model_precision(model)
     feeds = random_inputs(model, seed)
-    names = [o.name for o in model.graph.output]
-    expected = run_onnxruntime(model, feeds)
+    expected = None if precision == "fp16" else run_onnxruntime(model, feeds, basic=precision != "fp32")
     try:
-        with time_limit(timeout):
+        with time_limit(timeout), warnings.catch_warnings():
+            # the reference warns about the QDQ regions it leaves in float too: the NPU build's warnings count
+            warnings.simplefilter("ignore", tvm_npu.HostFallbackWarning)
             reference = run_vm(tvm_npu.build_reference(model), model, feeds)
     except Timeout as e:
         return Outcome("failure", "reference-timeout", str(e), seconds=time.perf_counter() - t0)
@@ -320,62 +394,303 @@ def run_case(model: onnx.ModelProto, target: str, seed: int = 0, timeout: float 
     fallbacks = tuple(str(w.message) for w in caught if issubclass(w.category, tvm_npu.HostFallbackWarning))
     layers = tuple(layer.op for r in runs for layer in r.artifact.layers)
     common = {"npu_runs": len(runs), "npu_layers": layers, "fallbacks": fallbacks}
+    for who, results in (("reference-", reference), ("", got)):
+        typed = _types(model, results)
+        if typed:
+            return Outcome("failure", f"{who}wrong-dtype", f"{'llvm reference' if who else 'NPU'}: {typed}",
+                           seconds=time.perf_counter() - t0, **common)
+    if expected is None:
+        status, kind, detail = _judge_fp16(model, feeds, got, reference)
+    elif precision == "fp32":
+        status, kind, detail = _judge_fp32(model, feeds, got, reference, expected)
+    else:
+        status, kind, detail = _judge_quantized(model, feeds, got, reference, expected)
+    seconds = time.perf_counter() - t0
+    if status == "match" and fallbacks:
+        return Outcome("fallback", "HostFallbackWarning", seconds=seconds, **common)
+    return Outcome(status, kind, detail, seconds=seconds, **common)
+
+
+Verdict = tuple[str, str, str]  # Outcome.status, .kind, .detail
+MATCH: Verdict = ("match", "match", "")
+
+
+def _types(model: onnx.ModelProto, results: Sequence[np.ndarray]) -> str:
+    """'' when every result has the element type its graph output declares (else what differs)."""
+    for out, value in zip(model.graph.output, results, strict=False):  # (a count that differs is judged later)
+        declared = onnx.helper.tensor_dtype_to_np_dtype(out.type.tensor_type.elem_type)
+        if value.dtype != declared:
+            return f"output {out.name} is {value.dtype}, the model declares {declared}"
+    return ""
+
+
+def _judge_fp32(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: Sequence[np.ndarray],
+                reference: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> Verdict:
+    """fp32: llvm within rtol/atol, onnxruntime relative to the output's range, float64 arbiter."""
+    names = [o.name for o in model.graph.output]
     off_llvm = _compare(got, reference, names, relative_to_range=False)
     off_ort = _compare(got, expected, names, relative_to_range=True)
+    if not off_llvm and not off_ort:
+        return MATCH
     ref_off_ort = _compare(reference, expected, names, relative_to_range=True)
-    if off_llvm or off_ort:
-        detail = (f"NPU vs llvm: {off_llvm or 'matches'}\nNPU vs onnxruntime: {off_ort or 'matches'}\n"
-                  f"llvm vs onnxruntime: {ref_off_ort or 'matches'}")
-        verdict = float64_arbiter(model, feeds, got, reference if off_llvm else expected)
-        detail += f"\nfloat64 reference: {verdict}"
-        seconds = time.perf_counter() - t0
-        if verdict.startswith("the NPU is as close"):
-            return Outcome("ill-conditioned", "rounding", detail, seconds=seconds, **common)
-        if off_llvm:
-            return Outcome("failure", "mismatch-vs-llvm", detail, seconds=seconds, **common)
-        kind = "reference-mismatch-vs-onnxruntime" if ref_off_ort else "mismatch-vs-onnxruntime"
-        return Outcome("failure", kind, detail, seconds=seconds, **common)
-    seconds = time.perf_counter() - t0
-    if fallbacks:
-        return Outcome("fallback", "HostFallbackWarning", seconds=seconds, **common)
-    return Outcome("match", "match", seconds=seconds, **common)
+    detail = (f"NPU vs llvm: {off_llvm or 'matches'}\nNPU vs onnxruntime: {off_ort or 'matches'}\n"
+              f"llvm vs onnxruntime: {ref_off_ort or 'matches'}")
+    verdict = float64_arbiter(model, feeds, got, reference if off_llvm else expected)
+    detail += f"\nfloat64 reference: {verdict}"
+    if verdict.startswith("the NPU is as close"):
+        return "ill-conditioned", "rounding", detail
+    if off_llvm:
+        return "failure", "mismatch-vs-llvm", detail
+    return "failure", "reference-mismatch-vs-onnxruntime" if ref_off_ort else "mismatch-vs-onnxruntime", detail
+
+
+# ------------------------------------------------------------------------------------------ 8-bit
+def output_units(model: onnx.ModelProto) -> list[tuple[bool, float, float]]:
+    """Per graph output (quantized, step, steps): whether it is an 8-bit value (dequantized from one,
+    or an integer output: step 1), and else the largest quantization step among the dequantized tensors
+    it is computed from in float and how many steps it may move when each of them moves by one (every
+    operator on the way changes its result by at most as much as an operand moves: :data:`GAIN_ONE`;
+    ``inf`` past any other operator)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {i.name: nh.to_array(i) for i in model.graph.initializer}
+
+    def cone(name: str) -> tuple[float, float]:  # (largest step, steps) of a float tensor
+        node = producer.get(name)
+        if node is None:  # a graph input (not quantized) or a constant: no step
+            return 0.0, 0.0
+        if node.op_type == "DequantizeLinear":
+            return float(np.max(inits[node.input[1]])), 1.0
+        if node.op_type not in GAIN_ONE:
+            return 0.0, math.inf
+        parts = [cone(i) for i in node.input[:2 if node.op_type in BINARY_INPUTS else 1] if i]
+        return max(p[0] for p in parts), sum(p[1] for p in parts)
+
+    units = []
+    for out in model.graph.output:
+        node = producer.get(out.name)
+        if out.type.tensor_type.elem_type in (TensorProto.INT8, TensorProto.UINT8):
+            units.append((True, 1.0, 1.0))
+        elif node is not None and node.op_type == "DequantizeLinear" and node.input[1] in inits \
+                and inits[node.input[1]].size == 1:
+            units.append((True, float(inits[node.input[1]]), 1.0))
+        else:
+            units.append((False, *cone(out.name)))
+    return units
+
+
+def _steps_apart(got: np.ndarray, want: np.ndarray, name: str, quantized: bool, step: float,
+                 steps: float) -> str:
+    """'' when at most :data:`QUANT_UNEQUAL_SHARE` of the elements differ and none by more than
+    ``steps`` steps (quantized: counted in whole steps; float: beyond the fp32 tolerance against
+    onnxruntime), else a description."""
+    if got.shape != want.shape:
+        return f"output {name}: shape {got.shape}, expected {want.shape}"
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # equal values (infinities, NaNs too) are 0 apart, a NaN against a number inf
+        err = np.nan_to_num(np.where((g64 == w64) | (np.isnan(g64) & np.isnan(w64)), 0.0, np.abs(g64 - w64)),
+                            nan=np.inf)
+    if quantized:
+        err = np.rint(err / step)  # a difference of dequantized values is a whole number of steps
+        unequal, allowed = err > 0, steps
+    else:
+        finite = w64[np.isfinite(w64)]
+        span = float(np.ptp(finite)) if finite.size else 0.0
+        slack = ORT_RANGE_TOL * (span or float(np.abs(finite).max(initial=0.0)) or 1.0) + ORT_ELEMENT_RTOL * np.abs(w64)
+        unequal = err > slack
+        err = np.where(unequal, (err - slack) / (step or 1.0), 0.0)
+        allowed = steps if step else 0.0
+    share = float(unequal.mean()) if unequal.size else 0.0
+    worst = float(err.max(initial=0.0))
+    if share <= QUANT_UNEQUAL_SHARE and worst <= allowed:
+        return ""
+    i = np.unravel_index(int(np.argmax(err)), err.shape)
+    unit = f"steps of {step:.4g}" if step else "(no quantized input: fp32 tolerance)"
+    return (f"output {name} {tuple(got.shape)}: {int(unequal.sum())}/{unequal.size} elements differ, up to "
+            f"{worst:.3g} {unit} (allowed: {QUANT_UNEQUAL_SHARE:.1%} of them, by {allowed:g}; worst at "
+            f"{tuple(int(j) for j in i)}: {g64[i]:.6g} vs {w64[i]:.6g})")
+
+
+def _bit_exact(got: Sequence[np.ndarray], reference: Sequence[np.ndarray], model: onnx.ModelProto,
+               units: Sequence[tuple[bool, float, float]]) -> str:
+    """'' when every 8-bit output equals llvm's bit for bit and every float one is within rtol/atol."""
+    names = [o.name for o in model.graph.output]
+    for g, r, name, (quantized, step, _) in zip(got, reference, names, units, strict=True):
+        if not quantized:
+            off = _compare([g], [r], [name], relative_to_range=False)
+            if off:
+                return off
+        elif g.shape != r.shape:
+            return f"output {name}: shape {g.shape}, expected {r.shape}"
+        elif not np.array_equal(g, r):
+            diff = g.astype(np.float64) != r.astype(np.float64)
+            i = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            worst = float(np.abs(g.astype(np.float64) - r).max()) / step
+            return (f"output {name} {tuple(g.shape)}: {int(diff.sum())}/{diff.size} elements differ, up to "
+                    f"{worst:.3g} steps of {step:.4g} (first at {tuple(int(j) for j in i)}: {g[i]} vs {r[i]})")
+    return ""
+
+
+def _judge_quantized(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: Sequence[np.ndarray],
+                     reference: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> Verdict:
+    """8-bit: bit-exact against llvm, within a step on rare elements against onnxruntime (module doc);
+    beyond that, the tie arbiter when the NPU is bit-exact with llvm."""
+    units = output_units(model)
+    names = [o.name for o in model.graph.output]
+    if len(got) != len(expected):
+        return "failure", "mismatch-vs-onnxruntime", f"{len(got)} outputs, expected {len(expected)}"
+
+    def vs_ort(results: Sequence[np.ndarray]) -> str:
+        return next((off for r, e, name, unit in zip(results, expected, names, units, strict=True)
+                     if (off := _steps_apart(r, e, name, *unit))), "")
+
+    off_llvm = _bit_exact(got, reference, model, units)
+    off_ort = vs_ort(got)
+    if not off_llvm and not off_ort:
+        return MATCH
+    ref_off_ort = vs_ort(reference)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    requantized = dict.fromkeys(producer[n.input[0]].op_type for n in model.graph.node
+                                if n.op_type == "QuantizeLinear" and n.input[0] in producer)
+    detail = (f"NPU vs llvm: {off_llvm or 'bit-exact'}\nNPU vs onnxruntime: {off_ort or 'matches'}\n"
+              f"llvm vs onnxruntime: {ref_off_ort or 'matches'}\n"
+              f"quantized operators (results that go through QuantizeLinear): {', '.join(requantized) or 'none'}")
+    if off_llvm:
+        return "failure", "mismatch-vs-llvm", detail
+    verdict = tie_arbiter(model, feeds)
+    detail += f"\nties: {verdict}"
+    if verdict.startswith("rounding at ties"):
+        return "ill-conditioned", "ties", detail
+    return "failure", "reference-mismatch-vs-onnxruntime" if ref_off_ort else "mismatch-vs-onnxruntime", detail
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also returns the intermediate tensors ``names`` (typed by shape inference)."""
+    m = onnx.ModelProto.FromString(model.SerializeToString())
+    known = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(known[name] for name in names if name not in have)
+    return m
+
+
+def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> str:
+    """Settle an 8-bit disagreement with onnxruntime that llvm shares (the NPU being bit-exact with it):
+    llvm and onnxruntime run the model with every QuantizeLinear's 8-bit result as an output too
+    (onnxruntime its float input as well), and the first one, in graph order, where they differ decides.
+    When every difference there is one step where onnxruntime's float value is within
+    :data:`TIE_STEPS` of half a step, the value is a tie in exact arithmetic (a k x k average of values
+    on one grid often is x.5), which the integer kernels round half to even and the float path's fp32
+    rounding pushes to either side: rounding at ties, and every later difference follows from it."""
+    inits = {i.name: i for i in model.graph.initializer}
+    quantize = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    try:
+        probe = _with_outputs(model, [n.output[0] for n in quantize])
+        names = [o.name for o in probe.graph.output]
+        llvm = dict(zip(names, run_vm(tvm_npu.build_reference(probe), probe, feeds), strict=True))
+        ort_probe = _with_outputs(probe, [n.input[0] for n in quantize if n.input[0] not in feeds])
+        ort = dict(zip([o.name for o in ort_probe.graph.output], run_onnxruntime(ort_probe, feeds, basic=True),
+                       strict=True)) | feeds
+    except Exception as e:  # the arbiter is optional: without it the mismatch stands
+        return f"not available ({type(e).__name__}: {str(e)[:200]})"
+    for node in quantize:
+        ours, theirs = llvm[node.output[0]].astype(np.int64), ort[node.output[0]].astype(np.int64)
+        if np.array_equal(ours, theirs):
+            continue
+        steps = ort[node.input[0]].astype(np.float64) / float(nh.to_array(inits[node.input[1]]))
+        tie = np.abs(steps - np.floor(steps) - 0.5) <= TIE_STEPS
+        off = ours != theirs
+        where = f"{node.output[0]}: {int(off.sum())}/{off.size} elements differ"
+        if np.all(np.abs(ours - theirs)[off] == 1) and np.all(tie[off]):
+            return f"rounding at ties: the first 8-bit tensor llvm and onnxruntime differ in is {where}, each a tie"
+        return (f"not ties: the first 8-bit tensor llvm and onnxruntime differ in is {where}, "
+                f"{int((off & ~tie).sum())} of them not at a tie")
+    return "llvm and onnxruntime agree on every 8-bit tensor"
+
+
+# ------------------------------------------------------------------------------------------ fp16
+def _fp16_apart(got: Sequence[np.ndarray], reference: Sequence[np.ndarray], names: Sequence[str]) -> str:
+    """'' when the NPU is finite wherever llvm is and within :data:`FP16_ULPS` ulps of each output's
+    largest magnitude (elements where llvm overflowed are not compared), else a description."""
+    if len(got) != len(reference):
+        return f"{len(got)} outputs, expected {len(reference)}"
+    for g, r, name in zip(got, reference, names, strict=True):
+        if g.shape != r.shape:
+            return f"output {name}: shape {g.shape}, expected {r.shape}"
+        g64, r64 = g.astype(np.float64), r.astype(np.float64)
+        finite = np.isfinite(r64)
+        lost = finite & ~np.isfinite(g64)
+        if lost.any():
+            i = np.unravel_index(int(np.argmax(lost)), lost.shape)
+            return (f"output {name} {tuple(g.shape)}: {int(lost.sum())} NaN/inf where llvm is finite "
+                    f"(first at {tuple(int(j) for j in i)}: {g64[i]} vs {r64[i]})")
+        err = np.where(finite, np.abs(g64 - r64), 0.0)
+        ulp = FP16_ULP * float(np.abs(r64[finite]).max(initial=0.0))
+        worst = float(err.max(initial=0.0))
+        if worst > FP16_ULPS * ulp:
+            i = np.unravel_index(int(np.argmax(err)), err.shape)
+            return (f"output {name} {tuple(g.shape)}: {int((err > FP16_ULPS * ulp).sum())}/{err.size} elements "
+                    f"off by more than {FP16_ULPS} ulps of its largest magnitude (worst at "
+                    f"{tuple(int(j) for j in i)}: {g64[i]:.6g} vs {r64[i]:.6g}, {worst / (ulp or 1.0):.3g} ulps)")
+    return ""
+
+
+def _judge_fp16(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: Sequence[np.ndarray],
+                reference: Sequence[np.ndarray]) -> Verdict:
+    """fp16: llvm within :data:`FP16_ULPS`; beyond, the float64 arbiter with that tolerance."""
+    off = _fp16_apart(got, reference, [o.name for o in model.graph.output])
+    if not off:
+        return MATCH
+    atol = [FP16_ULPS * FP16_ULP * float(np.abs(r[np.isfinite(r)].astype(np.float64)).max(initial=0.0))
+            for r in reference]
+    verdict = float64_arbiter(model, feeds, got, reference, rtol=0.0, atol=atol)
+    detail = f"NPU vs llvm: {off}\nfloat64 reference: {verdict}"
+    if verdict.startswith("the NPU is as close"):
+        return "ill-conditioned", "rounding", detail
+    return "failure", "mismatch-vs-llvm", detail
 
 
 def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model computing in float64: float initializers, inputs, outputs and value infos become double."""
+    """The model computing in float64: fp32 and fp16 initializers, inputs, outputs, value infos and
+    casts become double (an fp16 model's weights are exact in float64)."""
     m = onnx.ModelProto.FromString(model.SerializeToString())
+    narrow = (TensorProto.FLOAT, TensorProto.FLOAT16)
     for i, init in enumerate(m.graph.initializer):
-        array = onnx.numpy_helper.to_array(init)
-        if array.dtype == np.float32:
-            m.graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(array.astype(np.float64), init.name))
+        array = nh.to_array(init)
+        if array.dtype in (np.float32, np.float16):
+            m.graph.initializer[i].CopyFrom(nh.from_array(array.astype(np.float64), init.name))
     for v in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
-        if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+        if v.type.tensor_type.elem_type in narrow:
+            v.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for node in m.graph.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to" and a.i in narrow:
+                a.i = TensorProto.DOUBLE
     return m
 
 
 def float64_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: Sequence[np.ndarray],
-                    other: Sequence[np.ndarray]) -> str:
-    """Settle an fp32 disagreement with the model computed in float64 (llvm): when the NPU is, element by
-    element, as close to it as the other fp32 result (llvm or onnxruntime), up to the fp32 tolerance, the
-    difference is rounding of an ill-conditioned output (a small number left by cancelling large terms;
-    the NPU sums in a wider accumulator), not a wrong number."""
+                    other: Sequence[np.ndarray], rtol: float = RTOL, atol: float | Sequence[float] = ATOL) -> str:
+    """Settle a disagreement with the model computed in float64 (llvm): when the NPU is, element by
+    element, as close to it as the other result (llvm or onnxruntime, in the model's precision), up to
+    ``atol`` (per output, or one for all) + ``rtol`` of the exact value, the difference is rounding of an
+    ill-conditioned output (a small number left by cancelling large terms; the NPU sums in a wider
+    accumulator and rounds fewer times), not a wrong number."""
     try:
         m64 = to_float64(model)
         exact = run_vm(tvm_npu.build_reference(m64), m64, {k: v.astype(np.float64) for k, v in feeds.items()})
     except Exception as e:  # the arbiter is optional: without it the mismatch stands
         return f"not available ({type(e).__name__}: {str(e)[:200]})"
+    atols = [atol] * len(exact) if isinstance(atol, float) else list(atol)
     worst, npu_err, other_err = 0.0, 0.0, 0.0
-    for g, o, x in zip(got, other, exact, strict=True):
+    for g, o, x, a in zip(got, other, exact, atols, strict=True):
         e_npu = np.abs(g.astype(np.float64) - x)
         e_other = np.abs(o.astype(np.float64) - x)
-        excess = e_npu - e_other - (ATOL + RTOL * np.abs(x))
+        excess = e_npu - e_other - (a + rtol * np.abs(x))
         worst = max(worst, float(excess.max(initial=-np.inf)))
         npu_err, other_err = max(npu_err, float(e_npu.max(initial=0))), max(other_err, float(e_other.max(initial=0)))
-    figures = f"max error NPU {npu_err:.3g}, fp32 reference {other_err:.3g}"
+    figures = f"max error NPU {npu_err:.3g}, other result {other_err:.3g}"
     if worst <= 0:
-        return f"the NPU is as close to it as the fp32 reference ({figures})"
-    return f"the NPU is further from it than the fp32 reference ({figures})"
+        return f"the NPU is as close to it as the other result ({figures})"
+    return f"the NPU is further from it than the other result ({figures})"
 
 
 def case_repro(code: str, target: str, seed: int, outcome: Outcome | None = None) -> str:
@@ -394,4 +709,4 @@ def case_repro(code: str, target: str, seed: int, outcome: Outcome | None = None
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["OWN_ERRORS", "Outcome", "case_repro", "own_errors_cross_ffi", "run_case"]
+__all__ = ["OWN_ERRORS", "Outcome", "case_repro", "model_precision", "own_errors_cross_ffi", "run_case"]

@@ -6,9 +6,14 @@ of the project's own errors, or fall back to the host with a ``HostFallbackWarni
 exception, a timeout or a wrong number fails, and hypothesis shrinks it to a minimal graph, printed
 as the ``GraphBuilder`` program that rebuilds it (paste it into ``regressions/test_regressions.py``).
 
+The same graphs also run quantized (int8 / uint8 QDQ from onnxruntime's quantizer: bit-exact
+against llvm, within a quantization step of onnxruntime) and converted to fp16 (within a few ulps of
+llvm); see ``oracle.py``.
+
 The default run is short and deterministic (``derandomize``); the long run is marked ``benchmark``
-(``pytest -m benchmark tests/fuzz``, ``FUZZ_EXAMPLES`` cases, default 300); ``benchmarks/fuzz.py``
-runs a campaign in a separate worker process (crashes and hangs included) and saves reproductions.
+(``pytest -m benchmark tests/fuzz``, ``FUZZ_EXAMPLES`` cases, default 300, ``FUZZ_PRECISIONS`` a
+comma-separated subset of fp32,int8,uint8,fp16, default fp32); ``benchmarks/fuzz.py`` runs a
+campaign in a separate worker process (crashes and hangs included) and saves reproductions.
 A case that hits a bug listed in ``known_bugs.py`` does not fail these tests (its strict-xfail
 regression test tracks it) but is reported as a ``KnownBugHit`` warning.
 """
@@ -23,17 +28,37 @@ import hypothesis
 import numpy as np
 import onnx
 import pytest
-from graphs import OPSETS, TARGET_OPTIONS, GraphBuilder, ceil_mode_is_ambiguous, graphs, pool_out, rebuild, targets
+from graphs import (
+    OPSETS,
+    PRECISIONS,
+    TARGET_OPTIONS,
+    GraphBuilder,
+    ceil_mode_is_ambiguous,
+    graphs,
+    pool_out,
+    rebuild,
+    targets,
+)
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from known_bugs import known_bug
-from oracle import OWN_ERRORS, own_errors_cross_ffi, random_inputs, run_case, run_onnxruntime
+from oracle import (
+    OWN_ERRORS,
+    model_precision,
+    output_units,
+    own_errors_cross_ffi,
+    random_inputs,
+    run_case,
+    run_onnxruntime,
+)
 
 import tvm_npu
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 #: per case (build for llvm and the NPU, three runs); a hang is a failure, not a stuck suite
 CASE_TIMEOUT = 300.0
+#: cases per other precision in the default suite (about 2 s each: quantizing, two builds, three runs)
+PRECISION_EXAMPLES = 10
 
 
 class KnownBugHit(UserWarning):
@@ -68,17 +93,35 @@ def test_npu_matches_llvm_and_onnxruntime() -> None:
     _report(hits)
 
 
+@pytest.mark.parametrize("precision", ["int8", "uint8", "fp16"])
+def test_npu_matches_in_other_precisions(precision: str) -> None:
+    """The generated graphs quantized (QDQ) or converted to fp16: a few cases each (graphs of up to
+    five nodes, which build faster); ``benchmarks/fuzz.py --precision`` runs more."""
+    hits: list[str] = []
+
+    @settings(max_examples=PRECISION_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=SUPPRESS)
+    @given(graph=graphs(max_nodes=5, precisions=(precision,)), target=targets(), seed=st.integers(0, 2**16))
+    def fuzz(graph, target: str, seed: int) -> None:
+        _check(graph, target, seed, hits)
+
+    fuzz()
+    _report(hits)
+
+
 @pytest.mark.benchmark
 def test_npu_matches_llvm_and_onnxruntime_long() -> None:
     """``FUZZ_EXAMPLES`` cases (300), hypothesis seed ``FUZZ_SEED`` (0), ``FUZZ_EXTENDED=1`` for the
-    extended target options."""
+    extended target options, ``FUZZ_PRECISIONS`` the precisions drawn (fp32)."""
     hits: list[str] = []
     extended = os.environ.get("FUZZ_EXTENDED", "0") == "1"
+    precisions = tuple(os.environ.get("FUZZ_PRECISIONS", "fp32").split(","))
+    assert set(precisions) <= set(PRECISIONS), precisions
 
     @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")), deadline=None, database=None,
               suppress_health_check=SUPPRESS)
     @hypothesis.seed(int(os.environ.get("FUZZ_SEED", "0")))
-    @given(graph=graphs(), target=targets(extended), seed=st.integers(0, 2**16))
+    @given(graph=graphs(precisions=precisions), target=targets(extended), seed=st.integers(0, 2**16))
     def fuzz(graph, target: str, seed: int) -> None:
         _check(graph, target, seed, hits)
 
@@ -101,6 +144,21 @@ def test_generated_graphs_are_valid(graph, target: str) -> None:
     assert all(np.isfinite(o).all() for o in outputs)
     assert rebuild(graph.source).SerializeToString() == model.SerializeToString()
     tvm_npu.parse_target(target)
+
+
+@settings(max_examples=24, deadline=None, derandomize=True, database=None, suppress_health_check=SUPPRESS)
+@given(graph=graphs(max_nodes=5, precisions=PRECISIONS[1:]))
+def test_converted_graphs_are_valid(graph) -> None:
+    """A quantized or fp16 graph passes the full checker (``convert_precision`` checks), onnxruntime
+    runs it (QDQ as written) to finite values, the oracle reads its precision off it (fp32 when the
+    quantizer found nothing to quantize, e.g. a lone Relu), and its program, the conversion included,
+    rebuilds the same model."""
+    model = graph.model
+    quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    assert model_precision(model) == (graph.precision if quantized or graph.precision == "fp16" else "fp32")
+    outputs = run_onnxruntime(model, random_inputs(model, 0), basic=graph.precision != "fp16")
+    assert all(np.isfinite(o).all() for o in outputs)
+    assert rebuild(graph.source).SerializeToString() == model.SerializeToString()
 
 
 def test_generator_covers_the_operators() -> None:
@@ -208,6 +266,77 @@ def test_oracle_catches_a_wrong_number(monkeypatch: pytest.MonkeyPatch) -> None:
     model = b.model([b.unary(x, "Relu")])
     off = onnx.ModelProto.FromString(model.SerializeToString())
     off.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1e-3, np.float32), "eps"))
+    off.graph.node.append(onnx.helper.make_node("Add", [off.graph.node[-1].output[0], "eps"], ["y"]))
+    off.graph.output[0].name = "y"
+    monkeypatch.setattr(tvm_npu, "build", lambda m, target: real(off))
+    outcome = run_case(model, "npu")
+    assert outcome.status == "failure" and outcome.kind == "mismatch-vs-llvm", outcome.report()
+
+
+def _quantized_residual(precision: str = "int8") -> onnx.ModelProto:
+    """x -> conv -> relu -> add(x, .), and Sub(x, conv): a quantized output and a float one."""
+    b = GraphBuilder(seed=0, opset=13)
+    x = b.input((1, 4, 6, 6))
+    y = b.unary(b.conv(x, out_channels=4, kernel=(3, 3), pads=(1, 1, 1, 1)), "Relu")
+    b.binary(x, y, "Add")
+    b.binary(x, y, "Sub")
+    b.precision(precision, per_channel=True, calibration_seed=0)
+    return b.model()
+
+
+def test_oracle_units_of_quantized_outputs() -> None:
+    """The Add's output is dequantized from 8 bits (one step: its scale); the Sub stays float, computed
+    from two dequantized tensors, each of which may be a step off: two steps of the larger scale."""
+    model = _quantized_residual()
+    (add_q, add_step, add_steps), (sub_q, sub_step, sub_steps) = output_units(model)
+    assert add_q and add_steps == 1 and add_step > 0
+    assert not sub_q and sub_steps == 2 and sub_step > 0
+    outcome = run_case(model, "npu")
+    assert outcome.status == "match", outcome.report()
+    assert outcome.npu_runs >= 1 and "conv2d" in outcome.npu_layers
+
+
+def test_oracle_catches_one_quantization_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler whose 8-bit output is one step off (a zero point off by one) is caught against llvm,
+    although onnxruntime would accept the step on a few elements."""
+    real = tvm_npu.build_reference
+    model = _quantized_residual("uint8")
+    off = onnx.ModelProto.FromString(model.SerializeToString())
+    out = off.graph.output[0].name
+    last = next(n for n in off.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == out)
+    zero_point = next(onnx.numpy_helper.to_array(i) for i in off.graph.initializer if i.name == last.input[2])
+    off.graph.initializer.append(onnx.numpy_helper.from_array(zero_point + np.uint8(1), "zero_point_off"))
+    last.input[2] = "zero_point_off"  # the QuantizeLinear before it shares the original
+    monkeypatch.setattr(tvm_npu, "build", lambda m, target: real(off))
+    outcome = run_case(model, "npu")
+    assert outcome.status == "failure" and outcome.kind == "mismatch-vs-llvm", outcome.report()
+    assert "steps of" in outcome.detail
+
+
+def test_oracle_reports_a_quantized_fallback() -> None:
+    """A quantized Add of a per-channel constant broadcasts, which the 8-bit add does not: documented
+    fallback to float on the host, and the numbers still meet the 8-bit rules."""
+    b = GraphBuilder(seed=0, opset=13)
+    x = b.input((1, 4, 6, 6))
+    y = b.unary(b.conv(x, out_channels=4, kernel=(1, 1)), "Relu")  # (the quantizer folds an Add after a conv)
+    b.binary_const(y, "Add", shape=(4, 1, 1))
+    b.precision("int8", per_channel=False, calibration_seed=0)
+    outcome = run_case(b.model(), "npu")
+    assert outcome.status == "fallback", outcome.report()
+    assert any("broadcast" in f for f in outcome.fallbacks)
+
+
+def test_oracle_judges_fp16_in_ulps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fp16 conv matches; a compiler that adds 2% of the output's magnitude (20 ulps) is caught."""
+    b = GraphBuilder(seed=0, opset=13)
+    b.conv(b.input((1, 8, 6, 6)), out_channels=8, kernel=(3, 3), pads=(1, 1, 1, 1))
+    b.precision("fp16")
+    model = b.model()
+    assert run_case(model, "npu").status == "match"
+    real = tvm_npu.build_reference
+    off = onnx.ModelProto.FromString(model.SerializeToString())
+    magnitude = float(np.abs(run_onnxruntime(model, random_inputs(model, 0))[0].astype(np.float64)).max())
+    off.graph.initializer.append(onnx.numpy_helper.from_array(np.array(0.02 * magnitude, np.float16), "eps"))
     off.graph.node.append(onnx.helper.make_node("Add", [off.graph.node[-1].output[0], "eps"], ["y"]))
     off.graph.output[0].name = "y"
     monkeypatch.setattr(tvm_npu, "build", lambda m, target: real(off))

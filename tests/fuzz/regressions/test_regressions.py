@@ -83,6 +83,47 @@ def two_convs() -> onnx.ModelProto:
     return b.model()
 
 
+def conv_batchnorm_fp16() -> onnx.ModelProto:
+    """A 1x1 conv and a BatchNormalization, converted to fp16 (onnxconverter_common)."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 1, 1, 1))
+    b.conv(x0, out_channels=1, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
+           bias=False, batchnorm=True)
+    b.precision("fp16")
+    return b.model()
+
+
+def conv_batchnorm_residual_fp16() -> onnx.ModelProto:
+    """The same with a residual Add of the input, in fp16."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 1, 1, 1))
+    t1 = b.conv(x0, out_channels=1, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
+                bias=False, batchnorm=True)
+    b.binary(t1, x0, "Add")
+    b.precision("fp16")
+    return b.model()
+
+
+def sigmoid_average_pool_uint8() -> onnx.ModelProto:
+    """Sigmoid then a 2x2 average pool, quantized to uint8 (onnxruntime's quantizer, per tensor)."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 15, 4, 4))
+    t0 = b.unary(x0, "Sigmoid")
+    b.pool(t0, "AveragePool", kernel=(2, 2), strides=(1, 1), pads=(0, 0, 0, 0), count_include_pad=0, ceil_mode=0)
+    b.precision("uint8", per_channel=False, calibration_seed=0)
+    return b.model()
+
+
+def sigmoid_padded_average_pool_uint8() -> onnx.ModelProto:
+    """The same pool padding one column on the left without counting it (count_include_pad=0)."""
+    b = GraphBuilder(seed=0, opset=13)
+    x0 = b.input((1, 1, 4, 4))
+    t0 = b.unary(x0, "Sigmoid")
+    b.pool(t0, "AveragePool", kernel=(2, 2), strides=(1, 1), pads=(0, 1, 0, 0), count_include_pad=0, ceil_mode=0)
+    b.precision("uint8", per_channel=False, calibration_seed=0)
+    return b.model()
+
+
 #: name -> (graph, target); the name is also the file name of the saved model
 GRAPHS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "max_with_constant_nchw": (max_with_constant, "npu -layout-pref=NCHW"),
@@ -91,6 +132,10 @@ GRAPHS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "conv_3_to_1_tile_max_2": (conv_3_to_1, "npu -tile-max=2"),
     "tiny_matmul_2_semaphores": (tiny_matmul, "npu -num-semaphores=2"),
     "two_convs_fusion2_sram4096": (two_convs, "npu -fusion=2 -max-sram-bytes=4096"),
+    "conv_batchnorm_fp16": (conv_batchnorm_fp16, "npu"),
+    "conv_batchnorm_residual_fp16": (conv_batchnorm_residual_fp16, "npu"),
+    "sigmoid_average_pool_uint8": (sigmoid_average_pool_uint8, "npu"),
+    "sigmoid_padded_average_pool_uint8": (sigmoid_padded_average_pool_uint8, "npu"),
 }
 
 _BUGS = {bug.id: bug for bug in KNOWN_BUGS}
@@ -151,6 +196,35 @@ def test_fusion2_on_the_smallest_sram() -> None:
     replace(hw, max_sram_bytes=limit), and HardwareConfig refused limit < 4096: ValueError
     '-max-sram-bytes=4032 is out of range' for a target with -max-sram-bytes=4096."""
     _check("two_convs_fusion2_sram4096")
+
+
+# Found by the fuzzer's fp16 and 8-bit graphs (benchmarks/fuzz.py --precision), fixed in d76ab2e
+# (relay_patterns: the llvm reference decomposes batch-norm in the model's type; 8-bit average pools).
+def test_fp16_batch_norm_in_the_reference() -> None:
+    """Was: tvm_npu.build_reference handed the fp16 batch_norm to relax.build, whose legalization returns
+    float32: the reference's output was float32 where the model declares float16 (oracle:
+    reference-wrong-dtype) and, with the residual Add after it, relax.build raised TypeError 'Binary
+    operators must have the same datatype' (reference-TypeError)."""
+    for name in ("conv_batchnorm_fp16", "conv_batchnorm_residual_fp16"):
+        _check(name)
+
+
+def test_quantized_average_pool() -> None:
+    """Was: the quantized AveragePool ran as an fp32 average on the NPU; 35 of its 135 averages are exactly
+    half a step (x.5) and the NPU's and llvm's fp32 sums (6e-8 apart) rounded 4 of them apart: one step off
+    llvm (mismatch-vs-llvm). Now both sum in 8 bits and round the exact average half to even; onnxruntime's
+    float path still rounds 5 of the ties the other way, which the oracle's tie arbiter settles."""
+    outcome = run_case(GRAPHS["sigmoid_average_pool_uint8"][0](), "npu", seed=0, timeout=300)
+    assert outcome.status == "ill-conditioned" and outcome.kind == "ties", outcome.report()
+
+
+# Found by the fuzzer's 8-bit graphs, fixed with a per-position multiplier for border windows.
+def test_quantized_average_pool_not_counting_padding() -> None:
+    """Was: with count_include_pad=0 and padding the pool fell back to fp32 (HostFallbackWarning) on the
+    NPU; one of its 12 averages is a tie that the NPU's fp32 result rounded to 0.483713 and llvm's to
+    0.487168, one step (0.003455) apart (mismatch-vs-llvm). Now it sums in 8 bits and divides each window
+    by its count inside the image (a full-shape multiplier), bit-exact with llvm."""
+    _check("sigmoid_padded_average_pool_uint8")
 
 
 def test_saved_models_are_the_graphs() -> None:
