@@ -17,8 +17,9 @@ already minimised, and known bugs (``tests/fuzz/known_bugs.py``), are counted wi
 Each minimal failure is saved in ``<out>/failures/<n>-<kind>/``: ``model.onnx``, ``repro.py`` (the
 ``GraphBuilder`` program, the target string and the input seed) and ``outcome.txt`` (the verdict and
 the head of the traceback). The summary (also ``<out>/summary.json``) gives the cases, how many
-matched, fell back to the host, differed only by rounding of an ill-conditioned output (settled
-against float64), raised the project's own errors (by type) or failed, in all and per precision.
+matched, fell back to the host (and why), differed only by rounding of an ill-conditioned output
+(settled against float64, or 8-bit values at exact half-step ties), raised the project's own errors
+(by type) or failed, in all and per precision.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class Campaign:
     shrink_calls: int = 0
     verdicts: collections.Counter = field(default_factory=collections.Counter)
     by_precision: dict[str, collections.Counter] = field(default_factory=dict)
+    fallback_reasons: collections.Counter = field(default_factory=collections.Counter)
     own_errors: collections.Counter = field(default_factory=collections.Counter)
     own_examples: dict = field(default_factory=dict)
     npu_cases: int = 0
@@ -196,6 +198,7 @@ def _verdict(c: Campaign, state: dict[str, Any], graph: FuzzGraph, target: str, 
         c.cases += 1
         c.verdicts[outcome.status] += 1
         c.by_precision.setdefault(graph.precision, collections.Counter())[outcome.status] += 1
+        c.fallback_reasons.update({_reason(f) for f in outcome.fallbacks})
         c.npu_cases += outcome.npu_runs > 0
         c.layers.update(outcome.npu_layers)
         if outcome.status == "own-error":
@@ -250,6 +253,11 @@ def run_round(c: Campaign, examples: int, round_seed: int, max_nodes: int, exten
         save_failure(c, best, len(c.failures))
 
 
+def _reason(warning: str) -> str:
+    """A HostFallbackWarning message without its shapes and numbers (one per kind of fallback)."""
+    return re.sub(r"\b\d+\b(?!-bit)", "N", re.sub(r"R\.shape\(\[[^\]]*\]\)|\[[\d, ]+\]", "", warning))[:160]
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:60]
 
@@ -272,6 +280,7 @@ def summary(c: Campaign) -> dict:
         "own_errors": dict(c.own_errors),
         "failures": c.verdicts["failure"],
         "by_precision": {p: dict(v) for p, v in sorted(c.by_precision.items())},
+        "fallback_reasons": dict(c.fallback_reasons.most_common()),
         "cases_with_npu_runs": c.npu_cases,
         "npu_layers": dict(c.layers),
         "shrink_calls": c.shrink_calls,
@@ -294,11 +303,13 @@ def print_summary(c: Campaign) -> None:
     print("\n=== fuzz summary ===")
     print(f"cases {s['cases']} in {s['seconds']:.0f} s ({s['shrink_calls']} more runs while shrinking); "
           f"NPU ran in {s['cases_with_npu_runs']} cases; NPU layers {s['npu_layers']}")
-    print(f"matched {s['matched']}, host fallbacks {s['fallbacks']}, ill-conditioned (rounding, settled in float64) "
-          f"{s['ill_conditioned']}, own errors {sum(c.own_errors.values())} {s['own_errors']}, "
+    print(f"matched {s['matched']}, host fallbacks {s['fallbacks']}, ill-conditioned (rounding settled in float64, "
+          f"8-bit ties) {s['ill_conditioned']}, own errors {sum(c.own_errors.values())} {s['own_errors']}, "
           f"failures {s['failures']}")
     for precision, verdicts in s["by_precision"].items():
         print(f"  {precision}: {sum(verdicts.values())} cases, {verdicts}")
+    for reason, cases in s["fallback_reasons"].items():
+        print(f"  host fallback in {cases} case(s): {reason}")
     for f in c.failures.values():
         tag = f"known bug {f.known}" if f.known else ("minimised" if f.minimised else "not minimised")
         print(f"\n- {f.signature}: {f.count} case(s), {tag}; target {f.target!r}, input seed {f.seed}")

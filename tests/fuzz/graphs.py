@@ -368,7 +368,15 @@ def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool 
 
         with warnings.catch_warnings():  # it warns about every weight below fp16's smallest normal
             warnings.simplefilter("ignore", UserWarning)
-            converted = float16.convert_float_to_float16(model)
+            converted = float16.convert_float_to_float16(onnx.ModelProto.FromString(model.SerializeToString()))
+            try:
+                onnx.checker.check_model(converted, full_check=True)
+                return converted
+            except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+                # it keeps Max/Min in fp32 between casts, but leaves out the cast of an input that is a
+                # graph output too (an invalid model); they are exact in fp16: convert them as well
+                kept = [op for op in float16.DEFAULT_OP_BLOCK_LIST if op not in ("Max", "Min")]
+                converted = float16.convert_float_to_float16(model, op_block_list=kept)
     else:
         from tvm_npu.quantize import quantize_model
 

@@ -161,6 +161,19 @@ def test_converted_graphs_are_valid(graph) -> None:
     assert rebuild(graph.source).SerializeToString() == model.SerializeToString()
 
 
+def test_fp16_conversion_of_a_max_reading_an_output() -> None:
+    """onnxconverter_common keeps Max/Min in fp32 between casts but leaves out the cast of an input that
+    is a graph output too: an invalid model (found by the fuzzer); ``convert_precision`` then converts
+    Max/Min to fp16 as well."""
+    b = GraphBuilder(seed=0, opset=13)
+    x = b.input((1, 2, 3, 3))
+    t = b.unary(x, "Relu")
+    b.binary(t, x, "Max")
+    b.output(t)
+    b.precision("fp16")
+    assert [n.op_type for n in b.model().graph.node] == ["Relu", "Max"]  # (the checker passed)
+
+
 def test_generator_covers_the_operators() -> None:
     """Over a fixed sample, every operator the brief lists appears (and fan-out, repeated operands)."""
     seen: collections.Counter[str] = collections.Counter()
