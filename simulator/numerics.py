@@ -136,15 +136,20 @@ def _vec(accs: Accesses, f: Callable[[np.ndarray, np.ndarray], object]) -> Execu
     return run
 
 
-def _vec_binary(ins: isa.VecBinary, accs: Accesses) -> Executor:
+def _vec2(accs: Accesses, f: Callable[[np.ndarray, np.ndarray, np.ndarray], object]) -> Executor:
+    """Executor calling ``f(src_view, other_view, dst_view)`` for the two-source vector records."""
     d, s, o = (_operand(acc) for acc in accs)
-    ufunc = _BINARY[ins.op]
 
     def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
-        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
-        ufunc(x, np.ndarray(o[0], o[1], sram, o[2], o[3]), out=np.ndarray(d[0], d[1], sram, d[2], d[3]))
+        f(np.ndarray(s[0], s[1], sram, s[2], s[3]), np.ndarray(o[0], o[1], sram, o[2], o[3]),
+          np.ndarray(d[0], d[1], sram, d[2], d[3]))
 
     return run
+
+
+def _vec_binary(ins: isa.VecBinary, accs: Accesses) -> Executor:
+    ufunc = _BINARY[ins.op]
+    return _vec2(accs, lambda x, y, out: ufunc(x, y, out=out))
 
 
 def _copy(x: np.ndarray, out: np.ndarray) -> None:
@@ -180,37 +185,25 @@ def _vec_scale(ins: isa.VecScale, accs: Accesses) -> Executor:
 
 
 def _vec_bias_add(ins: isa.VecBiasAdd, accs: Accesses) -> Executor:
-    d, s, b = (_operand(acc) for acc in accs)  # the bias broadcasts along the other two axes
-
-    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
-        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
-        np.add(x, np.ndarray(b[0], b[1], sram, b[2], b[3]), out=np.ndarray(d[0], d[1], sram, d[2], d[3]))
-
-    return run
+    return _vec2(accs, lambda x, bias, out: np.add(x, bias, out=out))  # the bias broadcasts (stride 0)
 
 
 def _vec_requant(ins: isa.VecRequant, accs: Accesses) -> Executor:
-    d, s, m = (_operand(acc) for acc in accs)
     args = ins.zero_point, ins.lo, ins.hi, ins.dst_dtype
 
-    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
-        x = np.ndarray(s[0], s[1], sram, s[2], s[3])
-        scale = np.ndarray(m[0], m[1], sram, m[2], m[3])
-        np.ndarray(d[0], d[1], sram, d[2], d[3])[...] = quant.requantize(x, scale, *args, quant.NUMPY)
+    def run(x: np.ndarray, scale: np.ndarray, out: np.ndarray) -> None:
+        out[...] = quant.requantize(x, scale, *args, quant.NUMPY)
 
-    return run
+    return _vec2(accs, run)
 
 
 def _vec_qadd(ins: isa.VecQAdd, accs: Accesses) -> Executor:
-    d, s, o = (_operand(acc) for acc in accs)
     args = ins.scale_a, ins.scale_b, ins.offset, ins.lo, ins.hi, ins.dst_dtype
 
-    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
-        a = np.ndarray(s[0], s[1], sram, s[2], s[3])
-        b = np.ndarray(o[0], o[1], sram, o[2], o[3])
-        np.ndarray(d[0], d[1], sram, d[2], d[3])[...] = quant.rescale_add(a, b, *args, quant.NUMPY)
+    def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        out[...] = quant.rescale_add(a, b, *args, quant.NUMPY)
 
-    return run
+    return _vec2(accs, run)
 
 
 def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
