@@ -321,14 +321,20 @@ def traceback_head(exc: BaseException, frames: int = 8) -> str:
     return "\n".join([msg, "innermost frames:", *body[-2 * frames:]])
 
 
+def _layout_mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray], names: Sequence[str]) -> str:
+    """'' when both runs give as many outputs of the same shapes, else what differs."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, expected {len(want)}"
+    return next((f"output {name}: shape {g.shape}, expected {w.shape}"
+                 for g, w, name in zip(got, want, names, strict=True) if g.shape != w.shape), "")
+
+
 def _compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], names: Sequence[str],
              relative_to_range: bool) -> str:
     """'' when every output matches, else a one-line description of the worst output."""
-    if len(got) != len(want):
-        return f"{len(got)} outputs, expected {len(want)}"
+    if off := _layout_mismatch(got, want, names):
+        return off
     for g, w, name in zip(got, want, names, strict=True):
-        if g.shape != w.shape:
-            return f"output {name}: shape {g.shape}, expected {w.shape}"
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
         if not np.isfinite(g64).all() and not np.array_equal(np.isfinite(g64), np.isfinite(w64)):
             return f"output {name}: {int((~np.isfinite(g64)).sum())} non-finite values"
@@ -514,13 +520,13 @@ def _bit_exact(got: Sequence[np.ndarray], reference: Sequence[np.ndarray], model
                units: Sequence[tuple[bool, float, float]]) -> str:
     """'' when every 8-bit output equals llvm's bit for bit and every float one is within rtol/atol."""
     names = [o.name for o in model.graph.output]
+    if off := _layout_mismatch(got, reference, names):
+        return off
     for g, r, name, (quantized, step, _) in zip(got, reference, names, units, strict=True):
         if not quantized:
             off = _compare([g], [r], [name], relative_to_range=False)
             if off:
                 return off
-        elif g.shape != r.shape:
-            return f"output {name}: shape {g.shape}, expected {r.shape}"
         elif not np.array_equal(g, r):
             diff = g.astype(np.float64) != r.astype(np.float64)
             i = np.unravel_index(int(np.argmax(diff)), diff.shape)
@@ -610,11 +616,9 @@ def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> str:
 def _fp16_apart(got: Sequence[np.ndarray], reference: Sequence[np.ndarray], names: Sequence[str]) -> str:
     """'' when the NPU is finite wherever llvm is and within :data:`FP16_ULPS` ulps of each output's
     largest magnitude (elements where llvm overflowed are not compared), else a description."""
-    if len(got) != len(reference):
-        return f"{len(got)} outputs, expected {len(reference)}"
+    if off := _layout_mismatch(got, reference, names):
+        return off
     for g, r, name in zip(got, reference, names, strict=True):
-        if g.shape != r.shape:
-            return f"output {name}: shape {g.shape}, expected {r.shape}"
         g64, r64 = g.astype(np.float64), r.astype(np.float64)
         finite = np.isfinite(r64)
         lost = finite & ~np.isfinite(g64)
