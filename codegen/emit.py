@@ -26,10 +26,13 @@ from tvm_npu.simulator.builder import row_major
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
+from tvm_npu.tir_schedules.rowwise import BETA, BETA_ROLE, DATA, GAMMA, GAMMA_ROLE, row_steps
 
 from tvm_npu.config import DType
 from tvm_npu.epilogue import RULES
-from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec
+from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec, RowwiseSpec
+from tvm_npu.tiles import ConvEngine
+from tvm_npu.views import NotAView, compose, reshape, shape_of, view_pieces
 
 from .tir_walk import Access, CompiledWalk, Event, SramBuffer
 
@@ -126,7 +129,9 @@ class OperatorEmitter:
                  layer: int, resident: Mapping[str, Resident]) -> None:
         self.asm, self.spec, self.walk, self.layer, self.resident = asm, spec, walk, layer, resident
         self.roles, self.axes, self.dram_axes = scheduled.roles, scheduled.axes, scheduled.dram_axes
+        self.tile = scheduled.tile
         aliases = scheduled.aliases
+        self.views = {t.name: t.view for t in (*spec.inputs, spec.out) if t.view is not None}
         self.hw = asm.hw
         self.addr: dict[str, int] = {}
         self.tiles: dict[tuple[str, tuple[int, ...]], _Tile] = {}
@@ -161,7 +166,7 @@ class OperatorEmitter:
     def run(self) -> None:
         handlers = {SiteKind.DMA: self._dma, SiteKind.ZERO: self._zero, SiteKind.INIT: self._no_op,
                     SiteKind.MATMUL: self._matmul, SiteKind.CONV: self._conv, SiteKind.POOL: self._pool,
-                    SiteKind.EPI: self._epilogue}
+                    SiteKind.EPI: self._epilogue, SiteKind.ROW: self._row}
         for ev in self.walk.events():
             try:
                 handler = handlers[SiteKind(ev.site.kind)]
@@ -195,13 +200,29 @@ class OperatorEmitter:
                 raise EmitError(f"site {site.name}: strided DRAM dim {d} cannot be clamped")
         if any(h <= a for a, h in zip(lo, hi, strict=True)):
             return
-        d_off, d_str = _flat(dram, dram_base)
         s_off, s_str = _flat(sram, sram_base)
-        d_off += _dot(lo, d_str)
         s_off += _dot(lo, s_str)
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
-        dims = copy_plan(ext, d_str, s_str)
         name = dram_name(dram.buffer)
+        view = self.views.get(name)
+        if view is None:
+            d_off, d_str = _flat(dram, dram_base)
+            pieces = [(d_off + _dot(lo, d_str), 0, ext, list(d_str), s_str)]
+        else:  # the tensor lives in another one (a reshape, shuffle or concat slice): address that one
+            if tuple(dram.shape) != shape_of(view):  # the template splits an axis (a conv's groups)
+                try:
+                    view = compose(reshape(name, dram.shape), view)
+                except NotAView as e:
+                    raise EmitError(f"site {site.name}: {name} read as {tuple(dram.shape)}: {e}") from None
+            pieces = view_pieces(view, dram.coefs, dram_base, lo, ext, s_str)
+            name = view.base
+        for d_off, s_extra, p_ext, p_dstr, p_sstr in pieces:
+            self._dma_copy(name, copy_plan(p_ext, p_dstr, p_sstr), d_off, s_off + s_extra, sram, load)
+        if load:
+            self._record_load(sram, tuple(sram_base), dram, dram_base, lo, hi)
+
+    def _dma_copy(self, name: str, dims: list, d_off: int, s_off: int, sram: Access, load: bool) -> None:
+        """DMA descriptors (or on-chip copies, for a resident tensor) for one strided block."""
         resident = self.resident.get(name)
         tensor = -1 if resident else self.asm.tensor_index(name)
         dtype = resident.dtype if resident else self.asm.tensors[tensor].dtype
@@ -218,8 +239,6 @@ class OperatorEmitter:
                 self._emit(isa.VecUnary(shape, dst, d_st, src, s_st, dtype, isa.Opcode.VCOPY))
             else:
                 self._emit(cls(tensor, d_off + od, tile_addr, dtype, shape, dstr, sstr))
-        if load:
-            self._record_load(sram, tuple(sram_base), dram, dram_base, lo, hi)
 
     def _record_load(self, sram: Access, sram_base, dram: Access, dram_base, lo, hi) -> None:
         """Remember the loaded tile's data-holding box and its global origin per dim.
@@ -345,17 +364,37 @@ class OperatorEmitter:
                      and o.stride("G") == oc * o.stride("C"))
             if groups > 1 and not whole:
                 raise EmitError(f"site {ev.site.name}: a multi-group tile must hold whole groups")
-        self._emit(isa.Conv(
-            self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), ic * groups, in_h, in_w,
-            self._sram_addr(w.acc, w_off), (w.stride("O"), w.stride("I"), w.stride("H"), w.stride("W")),
-            self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), oc * groups, out_h, out_w,
-            spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], spec.dilation[0], spec.dilation[1],
-            pt, pl, pb, pr, groups, DType.from_str(d.acc.dtype), not self._first_write(o.acc, o.base),
-            spec.pad_value))
+        if getattr(self.tile, "engine", ConvEngine.TENSOR) == ConvEngine.VECTOR:
+            self._dwconv(ev, d, w, o, d_off, w_off, o_off, groups, ic, oc, (in_h, in_w, out_h, out_w),
+                         (pt, pl, pb, pr))
+        else:
+            self._emit(isa.Conv(
+                self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), ic * groups, in_h,
+                in_w, self._sram_addr(w.acc, w_off), (w.stride("O"), w.stride("I"), w.stride("H"), w.stride("W")),
+                self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), oc * groups, out_h,
+                out_w, spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], spec.dilation[0],
+                spec.dilation[1], pt, pl, pb, pr, groups, DType.from_str(d.acc.dtype),
+                not self._first_write(o.acc, o.base), spec.pad_value))
         valid = {"C": (o_lo, o_hi), "H": (0, out_h), "W": (0, out_w)}
         if "G" in o.axes:
             valid["G"] = o.range("G", ranges)
         self._record(o, valid)
+
+    def _dwconv(self, ev: Event, d: _Operand, w: _Operand, o: _Operand, d_off: int, w_off: int, o_off: int,
+                groups: int, ic: int, oc: int, hw: tuple[int, int, int, int], pads: tuple[int, int, int, int]) -> None:
+        """A depthwise tile on the vector engine: the groups of the tile are its channels."""
+        spec = self.spec
+        assert isinstance(spec, Conv2dSpec)
+        if "G" not in o.axes or ic != 1 or oc != 1:
+            raise EmitError(f"site {ev.site.name}: the vector engine computes depthwise tiles only "
+                            f"(1 input and 1 output channel per group), got {ic} and {oc}")
+        in_h, in_w, out_h, out_w = hw
+        self._emit(isa.DwConv(
+            self._sram_addr(d.acc, d_off), (d.stride("G"), d.stride("H"), d.stride("W")), in_h, in_w,
+            self._sram_addr(w.acc, w_off), (w.stride("G"), w.stride("H"), w.stride("W")),
+            self._sram_addr(o.acc, o_off), (o.stride("G"), o.stride("H"), o.stride("W")), groups, out_h, out_w,
+            spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], spec.dilation[0], spec.dilation[1],
+            *pads, DType.from_str(d.acc.dtype), not self._first_write(o.acc, o.base), spec.pad_value))
 
     def _pool(self, ev: Event) -> None:
         spec = self.spec
@@ -428,6 +467,8 @@ class OperatorEmitter:
             opcode = RULES[step.kind].opcode
             if step.kind == EpiKind.CLIP:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
+            elif step.kind in (EpiKind.HSIGMOID, EpiKind.HSWISH):
+                instr = isa.VecHardSigmoid(shape, dst, dst_st, src, src_st, dtype, *step.floats, opcode)
             elif step.kind == EpiKind.CAST:
                 instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
             elif step.kind == EpiKind.QADD:
@@ -451,6 +492,60 @@ class OperatorEmitter:
                 else:
                     instr = isa.VecBinary(shape, dst, dst_st, src, src_st, xaddr, x_st, dtype, opcode)
             self._emit(instr)
+        self._record_loops(o, tuple(ev.bases[oi]), ranges)
+
+    def _row(self, ev: Event) -> None:
+        """One step of a row-wise operator (:func:`~tvm_npu.tir_schedules.rowwise.row_steps`):
+        its sources found by name, per-row values broadcast through a zero stride."""
+        spec = self.spec
+        assert isinstance(spec, RowwiseSpec)
+        step = row_steps(spec)[ev.site.epi]
+        (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
+        names = {Role.DATA: DATA, GAMMA_ROLE: GAMMA, BETA_ROLE: BETA}
+
+        def source(name: str) -> tuple[int, Access]:
+            for i, a in enumerate(ev.site.accesses):
+                role = self.roles.get(a.buffer)
+                if not a.is_write and a.buffer != o.buffer and names.get(role, role) == name:
+                    return i, a
+            raise EmitError(f"site {ev.site.name}: no source {name!r} among {[a.buffer for a in ev.site.accesses]}")
+
+        srcs = [source(step.src)] + ([source(step.other)] if step.other is not None else [])
+        ranges = self._loop_ranges(ev, [i for i, _ in srcs])
+        lo = [r[0] for r in ranges]
+        ext = [r[1] - r[0] for r in ranges]
+        if any(e <= 0 for e in ext):
+            return
+        flat = [_flat(a, ev.bases[i]) for i, a in [(oi, o), *srcs]]
+        offs = [off + _dot(lo, st) for off, st in flat]
+        strides = [st for _, st in flat]
+        dtype = DType.from_str(o.dtype)
+        addr = [self._sram_addr(a, off) for a, off in zip([o] + [a for _, a in srcs], offs, strict=True)]
+        if step.reduce:  # a row loop and the reduced loop (along which the destination does not move)
+            # (TIR drops unit loops: no row loop is a one-row tile, no reduced loop a one-column row)
+            red = [v for v, st in enumerate(strides[0]) if st == 0]
+            rows = [v for v in range(len(ext)) if v not in red]
+            if len(red) > 1 or len(rows) > 1:
+                raise EmitError(f"site {ev.site.name}: a row reduction needs at most one row and one reduced loop, "
+                                f"got extents {ext} with destination strides {strides[0]}")
+            n, dst_r, src_r = (ext[rows[0]], strides[0][rows[0]], strides[1][rows[0]]) if rows else (1, 0, 0)
+            cols, src_k = (ext[red[0]], strides[1][red[0]]) if red else (1, 0)
+            self._emit(isa.VecReduce((1, n, cols), addr[0], (0, dst_r), addr[1], (0, src_r, src_k), dtype, step.op))
+        else:
+            for inner_offs, inner in split_outer(merge_dims(ext, *strides)):
+                shape, dst_st = pad3(inner, 0)
+                _, src_st = pad3(inner, 1)
+                dst = addr[0] + inner_offs[0] * dtype.itemsize
+                src = addr[1] + inner_offs[1] * dtype.itemsize
+                if step.op == isa.Opcode.VSCALE:
+                    instr = isa.VecScale(shape, dst, dst_st, src, src_st, dtype, step.scale, step.shift)
+                elif step.other is None:
+                    instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, step.op)
+                else:
+                    _, x_st = pad3(inner, 2)
+                    instr = isa.VecBinary(shape, dst, dst_st, src, src_st, addr[2] + inner_offs[2] * dtype.itemsize,
+                                          x_st, dtype, step.op)
+                self._emit(instr)
         self._record_loops(o, tuple(ev.bases[oi]), ranges)
 
 

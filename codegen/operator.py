@@ -10,6 +10,7 @@ from tvm_npu.tir_schedules import Scheduled, schedule
 from tvm_npu.config import HardwareConfig
 from tvm_npu.ops import OpSpec
 from tvm_npu.tiles import TileParams
+from tvm_npu.views import without_views
 
 from .emit import OperatorEmitter, Resident
 from .lower import lower
@@ -43,6 +44,7 @@ def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tu
     """One operator as a complete program (its tensors as inputs/outputs), for tuning and tests,
     and the SRAM bytes the emitter allocated for it."""
     asm = ProgramBuilder(hw)
+    spec = without_views(spec)  # its tensors are the program's own
     for t in spec.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)

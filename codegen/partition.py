@@ -34,8 +34,13 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     for t in plan.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
+    for t in plan.buffers:  # concat outputs: written slice by slice through views
+        kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
+        asm.declare(t.name, t.shape, t.dtype, kind)
     for op in plan.ops:
         for t in (*op.spec.inputs, op.spec.out):
+            if t.view is not None:
+                continue  # no storage of its own: the emitter addresses its base
             if t.name in constants:
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
             elif t.name not in inputs and t.name not in resident:
@@ -86,13 +91,13 @@ class PlanError(ValueError):
 
 def _check_names(plan: PartitionPlan, constants: Mapping[str, np.ndarray]) -> None:
     """Every tensor an operator reads is a partition input, a constant or computed before it."""
-    known = {t.name for t in plan.inputs} | set(constants)
+    known = {t.name for t in plan.inputs} | set(constants) | {t.name for t in plan.buffers}
     for k, op in enumerate(plan.ops):
         for t in op.spec.inputs:
-            if t.name not in known:
+            if (t.view.base if t.view is not None else t.name) not in known:
                 raise PlanError(f"{plan.symbol}: operator {k} ({op.spec.name}) reads {t.name!r}, which is neither an "
                                 f"input, a constant nor computed by an earlier operator of the partition")
-        known.add(op.spec.out.name)
+        known.add(op.spec.out.view.base if op.spec.out.view is not None else op.spec.out.name)
     missing = [o for o in plan.outputs if o not in known]
     if missing:
         raise PlanError(f"{plan.symbol}: outputs {missing} are not computed by the plan's operators")

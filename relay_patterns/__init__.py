@@ -6,7 +6,7 @@ Importing this package registers the pattern table for the default target, so
 
 from tvm import relax
 
-from .canonicalize import canonicalize_passes, simplify_reduce_of_stack
+from .canonicalize import canonical_activations, canonicalize_passes, simplify_reduce_of_stack
 from .extract import ExtractedOp, extract_from_context, extract_op
 from .patterns import HostFallbackWarning, make_check, pattern_table
 from .precision import fp16_accumulate, fp16_averages, precision_passes
@@ -17,8 +17,10 @@ def semantic_passes() -> list:
     """What the llvm reference runs so that it computes what the NPU computes: integer kernels
     for QDQ regions and fp32 accumulation for fp16 convolutions and matmuls (the NPU build runs
     these too), fp16 averages summed in fp32 (the NPU's pooling sums exactly) and inference
-    batch-norm as elementwise operators in the model's type (TVM's fp16 ``batch_norm`` returns fp32)."""
-    return [simplify_reduce_of_stack, qdq_to_integer, fp16_accumulate, fp16_averages,
+    batch-norm as elementwise operators in the model's type (TVM's fp16 ``batch_norm`` returns fp32).
+    Activations are brought to their canonical form first, as the NPU build does, so that a ReLU6 from
+    ``Max`` / ``Min`` is the same integer clamp of a quantized region in both."""
+    return [simplify_reduce_of_stack, canonical_activations, qdq_to_integer, fp16_accumulate, fp16_averages,
             relax.transform.DecomposeOpsForInference()]
 
 

@@ -25,6 +25,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .quantized import qdq_to_integer
+from .transformer import transformer_ops
 
 
 def _const_np(expr: relax.Expr) -> np.ndarray:
@@ -146,6 +147,106 @@ class _ReduceOfStack(relax.PyExprMutator):
         return acc
 
 
+def _scalar_const(expr: relax.Expr) -> float | None:
+    """The value of a one-element float constant (None for anything else)."""
+    if not isinstance(expr, tvm.ir.expr.GenericConst) or not str(expr.ty.dtype).startswith("float"):
+        return None
+    arr = _const_np(expr)
+    return float(arr.reshape(())) if arr.size == 1 else None
+
+
+def _keeps_shape(call: relax.Call, x: relax.Expr) -> bool:
+    """Whether ``call`` (elementwise on ``x`` and a scalar) has ``x``'s static shape and dtype."""
+    shape = _static_shape(x)
+    return shape is not None and _static_shape(call) == shape and str(call.ty.dtype) == str(x.ty.dtype)
+
+
+def _hard_sigmoid(x: relax.Expr, alpha: float, beta: float) -> relax.Expr:
+    """The one form of a hard sigmoid the pattern table matches: ``clip(x * alpha + beta, 0, 1)``."""
+    dtype = str(x.ty.dtype)
+    return relax.op.clip(relax.op.add(relax.op.multiply(x, relax.const(alpha, dtype)), relax.const(beta, dtype)),
+                         0.0, 1.0)
+
+
+def _canonical_activations(func: relax.Function) -> relax.Function:
+    """Bring the activations exporters and the ONNX importer spell in several ops to one form each.
+
+    * ``minimum(maximum(x, lo), hi)`` (and the other nesting) with scalar constants -> ``clip``:
+      a ``Clip`` with min/max inputs (ReLU6), which :mod:`tvm_npu.onnx_import` imports as
+      ``Max`` / ``Min``; ``minimum(relu(x), hi)`` (tf2onnx's ReLU6) -> ``clip`` too;
+    * ``x * sigmoid(x)`` in either order -> ``nn.silu`` (swish);
+    * ``c * x`` inside ``clip(c * x + b, 0, 1)`` -> ``x * c`` (ONNX ``HardSigmoid``);
+    * ``clip(x + b, 0, h) / h`` (or ``* (1/h)``) -> ``clip(x * (1/h) + b/h, 0, 1)``: ONNX
+      ``HardSwish`` as imported is ``x * clip(x + 3, 0, 6) / 6``;
+    * ``hard_sigmoid(x) * x`` -> ``x * hard_sigmoid(x)`` (hard swish, input first).
+    """
+    x, lo, hi = wildcard(), is_const(), is_const()
+    inner_max = is_op("relax.maximum")(x, lo)
+    outer_min = is_op("relax.minimum")(inner_max, hi)
+    inner_min = is_op("relax.minimum")(x, hi)
+    outer_max = is_op("relax.maximum")(inner_min, lo)
+
+    def to_clip(orig: relax.Call, m: dict) -> relax.Expr:
+        a, b = _scalar_const(m[lo]), _scalar_const(m[hi])
+        if a is None or b is None or a > b or not _keeps_shape(orig, m[x]):
+            return orig
+        return relax.op.clip(m[x], a, b)
+
+    func = rewrite_call(outer_min | outer_max, to_clip, func)
+
+    rx6, cap = wildcard(), is_const()  # tf2onnx's ReLU6: Relu then Min
+
+    def relu_min_to_clip(orig: relax.Call, m: dict) -> relax.Expr:
+        b = _scalar_const(m[cap])
+        if b is None or b < 0.0 or not _keeps_shape(orig, m[rx6]):
+            return orig
+        return relax.op.clip(m[rx6], 0.0, b)
+
+    func = rewrite_call(is_op("relax.minimum")(is_op("relax.nn.relu")(rx6), cap), relu_min_to_clip, func)
+
+    sig_x = wildcard()
+    sig = is_op("relax.sigmoid")(sig_x)
+    swish = is_op("relax.multiply")(sig_x, sig) | is_op("relax.multiply")(sig, sig_x)
+    func = rewrite_call(swish, lambda _orig, m: relax.op.nn.silu(m[sig_x]), func)
+
+    hx, scale, shift = wildcard(), is_const(), is_const()
+    scaled = is_op("relax.multiply")(scale, hx) | is_op("relax.multiply")(hx, scale)
+    hsig = is_op("relax.clip")(is_op("relax.add")(scaled, shift), wildcard(), wildcard())
+
+    def to_hard_sigmoid(orig: relax.Call, m: dict) -> relax.Expr:
+        a, b = _scalar_const(m[scale]), _scalar_const(m[shift])
+        if a is None or b is None or (float(orig.args[1].value), float(orig.args[2].value)) != (0.0, 1.0) \
+                or not _keeps_shape(orig, m[hx]):
+            return orig
+        return _hard_sigmoid(m[hx], a, b)
+
+    func = rewrite_call(hsig, to_hard_sigmoid, func)
+
+    rx, shift6, div = wildcard(), is_const(), is_const()
+    relu6 = is_op("relax.clip")(is_op("relax.add")(rx, shift6), wildcard(), wildcard())
+    scaled6 = is_op("relax.divide")(relu6, div) | is_op("relax.multiply")(relu6, div)
+
+    def to_hard_sigmoid6(orig: relax.Call, m: dict) -> relax.Expr:
+        clip = m[relu6]
+        b, d = _scalar_const(m[shift6]), _scalar_const(m[div])
+        h = float(clip.args[2].value)
+        if b is None or d is None or float(clip.args[1].value) != 0.0 or not _keeps_shape(orig, m[rx]):
+            return orig
+        scale_ = 1.0 / d if orig.op.name == "relax.divide" else d
+        if h <= 0.0 or abs(h * scale_ - 1.0) > 1e-6:  # only clip(., 0, h) / h is a hard sigmoid
+            return orig
+        return _hard_sigmoid(m[rx], scale_, b * scale_)
+
+    func = rewrite_call(scaled6, to_hard_sigmoid6, func)
+
+    # hard swish with the input first: hard_sigmoid(x) * x -> x * hard_sigmoid(x)
+    sx = wildcard()
+    canonical = is_op("relax.clip")(is_op("relax.add")(is_op("relax.multiply")(sx, is_const()), is_const()),
+                                    wildcard(), wildcard())
+    swapped = is_op("relax.multiply")(canonical, sx)
+    return rewrite_call(swapped, lambda _orig, m: relax.op.multiply(m[sx], m[canonical]), func)
+
+
 def _drop_dropout(func: relax.Function) -> relax.Function:
     x = wildcard()
     root = is_tuple_get_item(is_op("relax.nn.dropout")(x), 0)
@@ -171,18 +272,50 @@ def simplify_reduce_of_stack(func: relax.Function, _mod: tvm.IRModule,
     return _ReduceOfStack().visit_expr(func)
 
 
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.CanonicalActivations")
+def canonical_activations(func: relax.Function, _mod: tvm.IRModule,
+                          _ctx: tvm.transform.PassContext) -> relax.Function:
+    """ReLU6 from max/min, swish, hard sigmoid and hard swish in the one form each the pattern
+    table matches as a single epilogue step (:func:`_canonical_activations`)."""
+    return _canonical_activations(func)
+
+
+def _reciprocal_divide(func: relax.Function) -> relax.Function:
+    x, c = wildcard(), is_const()
+
+    def to_multiply(orig: relax.Call, m: dict) -> relax.Expr:
+        divisor = m[c].value.numpy()
+        if divisor.dtype.kind != "f" or not np.all(np.isfinite(divisor)) or np.any(divisor == 0):
+            return orig
+        return relax.op.multiply(m[x], relax.const((1.0 / divisor).astype(divisor.dtype)))
+
+    return rewrite_call(is_op("relax.divide")(x, c), to_multiply, func)
+
+
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.ReciprocalDivide")
+def reciprocal_divide(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+    """``x / c`` for a float constant ``c`` becomes ``x * (1 / c)`` (within one rounding of the quotient),
+    an epilogue step: a batch-norm that follows no conv (DenseNet's pre-activation ones) is decomposed
+    into ``(x - mean) / sqrt(var + eps) * gamma + beta`` and would otherwise leave its division on the host."""
+    return _reciprocal_divide(func)
+
+
 def canonicalize_passes() -> list[tvm.transform.Pass]:
     """The Relax clean-up that runs before partitioning, in order (QDQ first: constant folding
     would turn the 8-bit weights into fp32 ones)."""
     return [
         simplify_reduce_of_stack,  # first: a quantized residual Sum is an add for the QDQ rewrite
+        canonical_activations,  # a Clip with min/max inputs is a clip for the QDQ rewrite too
         qdq_to_integer,
         relax.transform.FoldConstant(),
         remove_dropout,
         fold_batch_norm,
         relax.transform.DecomposeOpsForInference(),
         simplify_reduce_of_stack,
+        canonical_activations,
+        transformer_ops,  # exporters' decomposed layer norms and GELUs -> one op each
         relax.transform.FoldConstant(),
+        reciprocal_divide,  # after folding: a batch-norm's divisor is then one constant
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
     ]

@@ -17,6 +17,7 @@ the host".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -38,7 +39,10 @@ from tvm_npu.ops import (
     OpSpec,
     PoolKind,
     PoolSpec,
+    RowKind,
+    RowwiseSpec,
     TensorRef,
+    View,
 )
 
 GenericConst = tvm.ir.expr.GenericConst
@@ -229,16 +233,19 @@ def _matmul(call: relax.Call, region: _Region, out_name: str) -> MatmulSpec:
     inner = region.call(b_expr)
     if inner is not None:
         src = inner.args[0]
-        axes = inner.attrs.axes
-        if inner.op.name != "relax.permute_dims" or not isinstance(src, GenericConst):
+        if inner.op.name != "relax.permute_dims" or region.call(src) is not None:
             raise ValueError(f"matmul's second operand {inner.op.name} cannot be folded into the matmul")
-        if const_array(src).ndim != 2 or (axes is not None and _ints(axes) != (1, 0)):
-            raise ValueError("only a 2-D transpose of a constant folds into matmul as transpose_b")
-        b_expr, transpose_b = src, True
+        rank = len(tensor_type(src)[0])
+        axes = inner.attrs.axes
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        if (axes is not None and _ints(axes) != swap) or (axes is None and rank != 2):
+            raise ValueError("only a transpose of the last two axes folds into matmul as transpose_b")
+        b_expr, transpose_b = src, True  # the B tile is loaded [n, k] and read transposed
     a, b = region.ref(a_expr), region.ref(b_expr)
-    if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
-        raise ValueError(f"matmul of ranks {len(a.shape)} x {len(b.shape)}; accepted: 2-D or batched 3-D")
-    if len(b.shape) == 3 and (len(a.shape) != 3 or a.shape[0] != b.shape[0]):
+    if len(a.shape) not in (2, 3, 4) or len(b.shape) not in (2, 3, 4):
+        raise ValueError(f"matmul of ranks {len(a.shape)} x {len(b.shape)}; accepted: 2-D or batched 3-D / 4-D "
+                         "(batch, heads)")
+    if len(b.shape) > 2 and a.shape[:-2] != b.shape[:-2]:
         raise ValueError(f"matmul batch dims do not match: {a.shape} x {b.shape}")
     shape, dtype = tensor_type(call)
     return MatmulSpec("matmul", TensorRef(out_name, shape, dtype), a=a, b=b, transpose_b=transpose_b)
@@ -300,7 +307,41 @@ def _mean(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     return _global_avg(call, region, out_name, layouts[tuple(spatial)])
 
 
+def _rowwise_data(call: relax.Call, region: _Region, axes: Sequence[int]) -> TensorRef:
+    """The input of a softmax / layer norm, which the NPU normalises along the last axis only (float32)."""
+    data = region.ref(call.args[0])
+    rank = len(data.shape)
+    if tuple(sorted(int(a) % rank for a in axes)) != (rank - 1,):
+        raise ValueError(f"{call.op.name} over axes {list(axes)} of a rank-{rank} tensor; the NPU normalises "
+                         "along the last axis only")
+    if data.dtype != DType.FP32:
+        raise ValueError(f"{call.op.name} on {data.dtype.np.name} is not supported; accepted: float32")
+    if data.shape[-1] < 2:
+        raise ValueError(f"{call.op.name} over rows of one element stays on the host (its reductions are trivial)")
+    return data
+
+
+def _softmax(call: relax.Call, region: _Region, out_name: str) -> RowwiseSpec:
+    data = _rowwise_data(call, region, [int(call.attrs.axis)])
+    return RowwiseSpec("softmax", TensorRef(out_name, data.shape, data.dtype), data=data, kind=RowKind.SOFTMAX)
+
+
+def _layer_norm(call: relax.Call, region: _Region, out_name: str) -> RowwiseSpec:
+    attrs = call.attrs
+    data = _rowwise_data(call, region, _ints(attrs.axes))
+    params = []
+    for expr, used in ((call.args[1], attrs.scale), (call.args[2], attrs.center)):
+        ref = region.ref(expr) if used else None
+        if ref is not None and ref.shape != (data.shape[-1],):
+            raise ValueError(f"layer_norm parameter of shape {ref.shape}; expected ({data.shape[-1]},)")
+        params.append(ref)
+    return RowwiseSpec("layer_norm", TensorRef(out_name, data.shape, data.dtype), data=data,
+                       kind=RowKind.LAYER_NORM, gamma=params[0], beta=params[1], eps=float(attrs.epsilon))
+
+
 _MAIN_OPS: dict[str, Callable[[relax.Call, _Region, str], OpSpec]] = {
+    "relax.nn.softmax": _softmax,
+    "relax.nn.layer_norm": _layer_norm,
     "relax.nn.conv2d": _conv2d,
     "relax.matmul": _matmul,
     "relax.nn.max_pool2d": _pool2d,
@@ -329,14 +370,28 @@ def _broadcast_axis(const_shape: tuple[int, ...], out_shape: tuple[int, ...]) ->
     raise ValueError(f"constant of shape {const_shape} broadcasts along more than one axis of {out_shape}")
 
 
+def _materialised(const_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """A constant that broadcasts along several axes (Swin's relative position bias and attention mask
+    over the windows): stored broadcast to the output's shape and added as a full operand."""
+    try:
+        return np.broadcast_shapes(const_shape, out_shape) == out_shape and len(
+            [d for d in const_shape if d != 1]) > 1
+    except ValueError:
+        return False
+
+
 def _elementwise_axis(steps: Sequence[_Step], out_shape: tuple[int, ...]) -> int:
     """The channel axis of a standalone elementwise op: where its broadcast constant varies."""
     axes = set()
     for step in steps:
         if isinstance(step.operand, GenericConst):
             shape = tuple(const_array(step.operand).shape)
-            if shape != out_shape:
+            if shape != out_shape and not _materialised(shape, out_shape):
                 axes.add(_broadcast_axis(shape, out_shape))
+        elif step.operand is not None and step.kind in _CHANNEL_TENSOR_KINDS:
+            shape = tensor_type(step.operand)[0]
+            if shape != out_shape:
+                axes.add(_tensor_axis(shape, out_shape))
     axes.discard(None)
     if len(axes) > 1:
         raise ValueError(f"constants broadcast along different axes {sorted(axes)}")
@@ -354,7 +409,7 @@ def _channel_layout(rank: int, axis: int) -> str:
 def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilogue:
     """Turn a step's operand into a DRAM tensor: per-channel vector or a tensor of the output's shape."""
     if step.operand is None:
-        return Epilogue(step.kind, lo=step.lo, hi=step.hi, dtype=step.dtype)
+        return Epilogue(step.kind, lo=step.lo, hi=step.hi, dtype=step.dtype, floats=step.floats)
     if step.kind == EpiKind.REQUANT:
         arr = const_array(step.operand)
         if tuple(arr.shape) == out.shape:  # one multiplier per output element (an average's border counts)
@@ -375,15 +430,37 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
             vec = arr.reshape(-1)
         elif tuple(arr.shape) == out.shape:
             return Epilogue(step.kind, region.add_const(arr, out.layout))
+        elif _materialised(tuple(arr.shape), out.shape):
+            full = np.ascontiguousarray(np.broadcast_to(arr, out.shape))
+            return Epilogue(step.kind, region.add_const(full, out.layout))
         else:
             raise ValueError(f"constant of shape {arr.shape} does not broadcast along the channel axis {axis} "
                              f"of the output {out.shape}")
         kind = EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind
         return Epilogue(kind, region.add_const(vec), Broadcast.CHANNEL)
     ref = region.ref(step.operand, out.layout)
+    if ref.shape != out.shape and step.kind in _CHANNEL_TENSOR_KINDS and _tensor_axis(ref.shape, out.shape) == axis:
+        # one value per channel computed on the NPU (a squeeze-and-excitation scale): read as a vector
+        chan = out.shape[axis]
+        vec = TensorRef(f"{ref.name}_chan", (chan,), ref.dtype, view=View(ref.name, 0, (((chan, 1),),)))
+        return Epilogue(EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind, vec, Broadcast.CHANNEL)
     if ref.shape != out.shape:
-        raise ValueError(f"non-constant operand of shape {ref.shape} must have the output's shape {out.shape}")
+        raise ValueError(f"non-constant operand of shape {ref.shape} must have the output's shape {out.shape} "
+                         f"or one value per channel")
     return Epilogue(step.kind, ref, ints=step.ints, dtype=step.dtype, floats=step.floats)
+
+
+#: Steps whose operand may be a per-channel tensor computed in the partition (not only a constant).
+_CHANNEL_TENSOR_KINDS = frozenset({EpiKind.MUL, EpiKind.ADD})
+
+
+def _tensor_axis(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> int | None:
+    """The axis a non-constant operand of ``shape`` varies along when it is one value per channel
+    of ``out_shape`` (same rank, a single non-unit axis of the output's extent), else None."""
+    varying = [i for i, d in enumerate(shape) if d != 1]
+    if len(shape) != len(out_shape) or len(varying) != 1 or shape[varying[0]] != out_shape[varying[0]]:
+        return None
+    return varying[0]
 
 
 def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, relax.Expr | None, list[_Step]]:
@@ -406,6 +483,13 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             inner = region.call(call.args[0])
             if inner is None:
                 return None, call.args[0], steps[::-1]
+            call = inner
+        elif (hard := _hard_activation(call, region)) is not None:
+            step, x = hard
+            steps.append(step)
+            inner = region.call(x)
+            if inner is None:
+                return None, x, steps[::-1]
             call = inner
         elif kind is not None and not kind.binary:
             lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
@@ -431,6 +515,35 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             return call, None, steps[::-1]
         else:
             raise ValueError(f"operator {op} is not supported by the NPU")
+
+
+def _hard_sigmoid_of(call: relax.Call | None, region: _Region) -> tuple[float, float, relax.Expr] | None:
+    """(alpha, beta, x) when ``call`` is ``clip(x * alpha + beta, 0, 1)`` computed in the region with
+    scalar constants (the canonical hard sigmoid, :mod:`.canonicalize`), else None."""
+    if call is None or call.op.name != "relax.clip" or (_scalar(call.args[1]), _scalar(call.args[2])) != (0.0, 1.0):
+        return None
+    add = region.call(call.args[0])
+    if add is None or add.op.name != "relax.add" or not isinstance(add.args[1], GenericConst):
+        return None
+    mul = region.call(add.args[0])
+    if mul is None or mul.op.name != "relax.multiply" or not isinstance(mul.args[1], GenericConst):
+        return None
+    alpha, beta = const_array(mul.args[1]), const_array(add.args[1])
+    if alpha.size != 1 or beta.size != 1:
+        return None
+    return float(alpha.reshape(())), float(beta.reshape(())), mul.args[0]
+
+
+def _hard_activation(call: relax.Call, region: _Region) -> tuple[_Step, relax.Expr] | None:
+    """A hard sigmoid, or a hard swish ``x * hard_sigmoid(x)``, as one step and its input ``x``."""
+    if call.op.name == "relax.multiply":
+        x, h = call.args
+        hard = _hard_sigmoid_of(region.call(h), region)
+        if hard is None or not hard[2].same_as(x):
+            return None
+        return _Step(EpiKind.HSWISH, floats=hard[:2]), x
+    hard = _hard_sigmoid_of(call, region)
+    return None if hard is None else (_Step(EpiKind.HSIGMOID, floats=hard[:2]), hard[2])
 
 
 def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]:
@@ -523,6 +636,9 @@ def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[re
         if op == "relax.subtract":
             raise ValueError("constant - tensor is not supported (only tensor - constant)")
         return rhs, lhs
+    if op in ("relax.multiply", "relax.add") and isinstance(lhs, relax.Var) and isinstance(rhs, relax.Var) and \
+            math.prod(tensor_type(lhs)[0]) < math.prod(tensor_type(rhs)[0]):
+        return rhs, lhs  # scale * x: the broadcast operand (a per-channel tensor) is the operand
     return lhs, rhs
 
 
@@ -593,7 +709,7 @@ def _extract(root: relax.Expr, region: _Region, out_name: str) -> ExtractedOp:
         spec = _MAIN_OPS[main.op.name](main, region, out_name)
         if spec.out.shape != out_shape:
             raise ValueError(f"the epilogue changes the output from {spec.out.shape} to {out_shape}")
-        axis = len(out_shape) - 1 if isinstance(spec, MatmulSpec) else spec.out.layout.index("C")
+        axis = len(out_shape) - 1 if isinstance(spec, MatmulSpec | RowwiseSpec) else spec.out.layout.index("C")
     acc = spec.out.dtype
     spec = replace(spec, out=replace(spec.out, dtype=out_dtype))
     spec = spec.with_epilogue(*(_epilogue(s, spec.out, axis, region) for s in _merge_clamps(steps)))

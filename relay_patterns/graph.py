@@ -4,20 +4,40 @@ The function's bindings are calls to composite functions, one per matched patter
 each becomes an operator spec (``extract.py``), named in program order. Tensors get
 DRAM names: ``in{i}_<param>`` for the function's parameters, ``t{k}_<var>`` for what
 operator ``k`` computes, ``k{k}_{j}`` for the constants operator ``k`` names.
+
+Data movement is not an operator here. An ``npu.view`` (reshape, flatten, squeeze,
+expand_dims, a transpose keeping the innermost axis) names a tensor ``v{n}_<var>`` that
+is a :class:`~tvm_npu.ops.View` of its input; an ``npu.concat`` declares its output
+``c{n}_<var>`` as a DRAM buffer and turns each input computed in the partition into a
+view of its slice, so the producer stores straight into the concat. An input that
+cannot be aliased (a partition input, a partition output, a tensor that already is a
+view or in another concat) is copied into its slice by a 1x1 max pool (an exact copy
+through SRAM). Chains of views are composed at the end (``tvm_npu/views.py``) and every
+operand of every spec carries the view of the DRAM tensor it really reads or writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 
 import numpy as np
 from tvm import relax
 
-from tvm_npu.ops import TensorRef
+import tvm_npu.views as views
+from tvm_npu.config import DType
+from tvm_npu.ops import OpSpec, PoolKind, PoolSpec, TensorRef, View
 from tvm_npu.plan import GraphOp, PartitionGraph
 
 from .extract import extract_op, tensor_type
+
+VIEW = "npu.view"  # the prefix of the view patterns (npu.view_reshape, ...)
+CONCAT = "npu.concat"
+#: What a copy that cannot be avoided is written as: a 1x1 max pool moves data unchanged.
+COPY_PATTERN = "npu.copy"
 
 
 class PartitionError(ValueError):
@@ -28,18 +48,213 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
+def _inner_call(func: relax.Function) -> relax.Call:
+    """The one operator call a view / concat composite function wraps."""
+    body = func.body
+    value = body.body
+    bindings = {b.var: b.value for block in body.blocks for b in block.bindings}
+    while isinstance(value, relax.Var) and value in bindings:
+        value = bindings[value]
+    if not isinstance(value, relax.Call):
+        raise PartitionError(f"a {func.attrs['Composite']} composite does not end in a call")
+    return value
+
+
+class _Graph:
+    """The partition being read: operators, tensor types, views relative to their source."""
+
+    def __init__(self, symbol: str, outputs: set[relax.Var]) -> None:
+        self.symbol = symbol
+        self.output_vars = outputs
+        self.ops: list[GraphOp] = []
+        self.constants: dict[str, np.ndarray] = {}
+        self.types: dict[str, tuple[tuple[int, ...], DType]] = {}
+        self.rel: dict[str, View] = {}  # name -> view of another logical tensor
+        self.produced: set[str] = set()  # written whole by an operator of the partition
+        self.buffers: dict[str, TensorRef] = {}
+        self.output_names: set[str] = set()  # filled once every binding is read
+
+    # ------------------------------------------------------------------ views
+    def resolve(self, name: str, memo: dict[str, View | None] | None = None) -> View | None:
+        """The view of a DRAM tensor that ``name`` is (None: ``name`` is stored on its own); ``memo``
+        keeps the views resolved so far while ``rel`` does not change."""
+        if memo is not None and name in memo:
+            return memo[name]
+        view = self.rel.get(name)
+        if view is not None:
+            outer = self.resolve(view.base, memo)
+            view = view if outer is None else views.compose(view, outer)
+        if memo is not None:
+            memo[name] = view
+        return view
+
+    def add_view(self, name: str, view: View) -> None:
+        """Record ``name`` as ``view``; when the chain cannot be composed, view a copy of the source instead."""
+        self.rel[name] = view
+        try:
+            self.resolve(name)
+        except views.NotAView:
+            src = view.base
+            copied = f"{src}_copy"
+            self.copy(src, copied, store=True)
+            self.rel[name] = replace(view, base=copied)
+
+    def copy(self, src: str, dst: str, store: bool = False) -> None:
+        """Append an operator copying ``src`` to ``dst`` (same shape; ``dst`` may be a view). ``store``:
+        ``dst`` is a new DRAM tensor of its own."""
+        shape, dtype = self.types[src]
+        self.types[dst] = (shape, dtype)
+        if dst not in self.rel and (store or len(shape) != 4):
+            self.buffers[dst] = TensorRef(dst, shape, dtype)
+        if len(shape) == 4:
+            src4, dst4 = src, dst
+        else:  # the pool works on 4-D tensors: read and write both under a 4-D shape
+            flat = (*(1,) * (4 - len(shape)), *shape) if len(shape) < 4 else (math.prod(shape[:-3]), *shape[-3:])
+            src4, dst4 = f"{src}_4d", f"{dst}_4d"
+            for name, base in ((src4, src), (dst4, dst)):
+                self.types[name] = (flat, dtype)
+                self.rel[name] = views.reshape(base, flat)
+            shape = flat
+        spec = PoolSpec("copy", TensorRef(dst4, shape, dtype, "NCHW"), data=TensorRef(src4, shape, dtype, "NCHW"),
+                        kind=PoolKind.MAX, kernel=(1, 1))
+        self.ops.append(GraphOp(replace(spec, name=f"copy_{len(self.ops)}"), (COPY_PATTERN,)))
+
+    def _composable(self, names: Iterable[str] | None = None) -> bool:
+        memo: dict[str, View | None] = {}
+        try:
+            for other in list(self.rel if names is None else names):
+                self.resolve(other, memo)
+        except views.NotAView:
+            return False
+        return True
+
+    def _named(self) -> set[str]:
+        """Every tensor name an operator reads or writes."""
+        names: set[str] = set()
+
+        def note(t: TensorRef) -> TensorRef:
+            names.add(t.name)
+            return t
+
+        for g in self.ops:
+            views.map_refs(g.spec, note)
+        return names
+
+    def store_shuffled(self) -> None:
+        """A strided view (a channel shuffle) read by operators, of a tensor computed here that nothing
+        else reads, is turned around: the producer stores in the view's order (once per element) and
+        the readers load plain tiles (a load per tile, often several per element, and the split axis
+        would cost them extra DMA descriptors)."""
+        read = {t.name for g in self.ops for t in g.spec.inputs}
+        for name in [n for n in read if n in self.rel]:
+            full = self.resolve(name)
+            root = full.base
+            if full.contiguous or root not in self.produced or root in read or root in self.output_names \
+                    or any(n != name and n in self.rel and self.resolve(n).base == root for n in read):
+                continue
+            inverse = views.invert(full, self.types[root][0], name)
+            if inverse is None:
+                continue
+            saved = dict(self.rel)
+            del self.rel[name]
+            self.rel[root] = inverse
+            if self._composable(self._named()):
+                shape, dtype = self.types[name]
+                self.buffers[name] = TensorRef(name, shape, dtype)
+            else:
+                self.rel = saved
+
+    def try_alias(self, name: str, view: View) -> bool:
+        """Make ``name`` (written by an operator here) a view of a concat slice, unless a view already
+        reading it could then not be composed."""
+        self.rel[name] = view
+        if not self._composable():
+            del self.rel[name]
+            return False
+        return True
+
+    # --------------------------------------------------------------- bindings
+    def view(self, call: relax.Call, src: str, out: str) -> None:
+        shape, _ = self.types[out]
+        if call.op.name == "relax.permute_dims":
+            src_shape = self.types[src][0]
+            axes = call.attrs.axes
+            order = [int(a) % len(src_shape) for a in axes] if axes is not None else \
+                list(range(len(src_shape)))[::-1]
+            self.add_view(out, views.permute(src, src_shape, order))
+        else:  # reshape, flatten, squeeze, expand_dims: the row-major order is unchanged
+            self.add_view(out, views.reshape(src, shape))
+
+    def concat(self, call: relax.Call, members: list[tuple[relax.Var, str]], out: str) -> None:
+        shape, dtype = self.types[out]
+        self.buffers[out] = TensorRef(out, shape, dtype)
+        axis = int(call.attrs.axis) % len(shape)
+        start = 0
+        for i, (var, name) in enumerate(members):
+            part = self.types[name][0]
+            view = views.slice_of(out, shape, part, axis, start)
+            start += part[axis]
+            aliasable = name in self.produced and name not in self.rel and var not in self.output_vars
+            if not (aliasable and self.try_alias(name, view)):
+                dst = f"{out}_in{i}"
+                self.types[dst] = (part, dtype)
+                self.rel[dst] = view
+                self.copy(name, dst)
+
+    def finish_output(self, name: str) -> str:
+        """The DRAM name of a partition output: a view output is stored on its own (module docstring)."""
+        if name not in self.rel:
+            return name
+        full = self.resolve(name)
+        root = full.base
+        shape, dtype = self.types[name]
+        inverse = views.invert(full, self.types[root][0], name)
+        if inverse is not None and (root in self.produced or root in self.buffers) and root not in self.output_names:
+            # a reshape / transpose of a whole tensor computed here: its writers store into the output instead
+            saved = dict(self.rel)
+            del self.rel[name]
+            self.rel[root] = inverse
+            if self._composable():
+                buffer = self.buffers.pop(root, None)
+                self.buffers[name] = TensorRef(name, shape, dtype)
+                if buffer is None and root not in self.produced:
+                    raise PartitionError(f"{self.symbol}: {root} has no writer")
+                return name
+            self.rel = saved
+        stored = f"{name}_out"
+        self.copy(name, stored, store=True)
+        return stored
+
+    def specs_with_views(self) -> list[GraphOp]:
+        memo: dict[str, View | None] = {}
+        resolved = {name: self.resolve(name, memo) for name in self._named() if name in self.rel}
+
+        def ref(t: TensorRef) -> TensorRef:
+            return replace(t, view=resolved[t.name]) if t.name in resolved else t
+
+        return [replace(g, spec=views.map_refs(g.spec, ref)) for g in self.ops]
+
+
+def _declared_views(spec: OpSpec) -> dict[str, View]:
+    """Views the extraction itself introduced (a per-channel operand read from a ``[1, C, 1, 1]`` tensor)."""
+    refs = [getattr(spec, f.name) for f in dataclasses.fields(spec)] + [e.operand for e in spec.epilogue]
+    return {t.name: t.view for t in refs if isinstance(t, TensorRef) and t.view is not None}
+
+
 def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
     """The operators, DRAM inputs/outputs and constants of one NPU partition function."""
+    body = func.body
+    ret = body.body
+    fields = list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
+    g = _Graph(symbol, {f for f in fields if isinstance(f, relax.Var)})
     names: dict[relax.Var, str] = {}
     inputs = []
     for i, p in enumerate(func.params):
         names[p] = f"in{i}_{_safe(p.name)}"
         shape, dtype = tensor_type(p)
+        g.types[names[p]] = (shape, dtype)
         inputs.append(TensorRef(names[p], shape, dtype))
     local: dict[relax.Var, relax.Function] = {}
-    ops: list[GraphOp] = []
-    constants: dict[str, np.ndarray] = {}
-    body = func.body
     for block in body.blocks:
         for b in block.bindings:
             value = b.value
@@ -51,22 +266,43 @@ def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
             callee = local.get(value.op) if isinstance(value.op, relax.Var) else value.op
             if not isinstance(callee, relax.Function) or "Composite" not in (callee.attrs or {}):
                 raise PartitionError(f"{symbol}: binding {b.var.name} is not a call to an npu.* composite function")
-            out = f"t{len(ops)}_{_safe(b.var.name)}"
-            names[b.var] = out
             arg_names = []
             for a in value.args:
                 if not isinstance(a, relax.Var) or a not in names:
                     raise PartitionError(f"{symbol}: argument {a} of {b.var.name} is not a tensor of the partition")
                 arg_names.append(names[a])
-            extracted = extract_op(callee, arg_names, out, f"k{len(ops)}")
-            constants.update(extracted.constants)
-            ops.append(GraphOp(replace(extracted.spec, name=f"{extracted.spec.name}_{len(ops)}"),
-                               (str(callee.attrs["Composite"]),)))
-    ret = body.body
-    fields = ret.fields if isinstance(ret, relax.Tuple) else [ret]
-    outputs = []
+            composite = str(callee.attrs["Composite"])
+            if composite.startswith(VIEW):
+                composite = VIEW
+            prefix = {VIEW: "v", CONCAT: "c"}.get(composite, "t")
+            out = f"{prefix}{len(names)}_{_safe(b.var.name)}" if prefix != "t" else f"t{len(g.ops)}_{_safe(b.var.name)}"
+            names[b.var] = out
+            g.types[out] = tensor_type(b.var)
+            if composite == VIEW:
+                g.view(_inner_call(callee), arg_names[0], out)
+            elif composite == CONCAT:
+                g.concat(_inner_call(callee), list(zip(value.args, arg_names, strict=True)), out)
+            else:
+                extracted = extract_op(callee, arg_names, out, f"k{len(g.ops)}")
+                g.constants.update(extracted.constants)
+                for name, view in _declared_views(extracted.spec).items():
+                    g.types.setdefault(name, (views.shape_of(view), g.types[view.base][1]))
+                    g.rel[name] = view
+                g.ops.append(GraphOp(replace(extracted.spec, name=f"{extracted.spec.name}_{len(g.ops)}"),
+                                     (composite,)))
+                g.produced.add(out)
     for f in fields:
         if not isinstance(f, relax.Var) or f not in names:
             raise PartitionError(f"{symbol}: partition result {f} is not a tensor computed in the partition")
-        outputs.append(names[f])
-    return PartitionGraph(symbol, tuple(inputs), tuple(outputs), tuple(ops), constants)
+    g.output_names = {names[f] for f in fields}
+    g.store_shuffled()
+    outputs: list[str] = []
+    for f in fields:
+        name = names[f]
+        if name in {t.name for t in inputs}:
+            raise PartitionError(f"{symbol}: partition result {f} is one of its inputs")
+        outputs.append(g.finish_output(name))
+    if not g.ops:
+        raise PartitionError(f"{symbol}: the partition computes nothing")
+    return PartitionGraph(symbol, tuple(inputs), tuple(outputs), tuple(g.specs_with_views()), g.constants,
+                          tuple(g.buffers.values()))

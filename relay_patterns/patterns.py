@@ -17,16 +17,18 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
+from tvm import relax
 from tvm.relax.backend.pattern_registry import register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
+from tvm_npu.tir_schedules.plan import split_global_pool
 from tvm_npu.tir_schedules.planner import fits
 
-from tvm_npu.config import NpuTarget
+from tvm_npu.config import DType, NpuTarget
 from tvm_npu.epilogue import RULES
-from tvm_npu.ops import ElementwiseSpec, OpSpec
+from tvm_npu.ops import ElementwiseSpec, OpSpec, PoolSpec
 
-from .extract import extract_from_context
+from .extract import extract_from_context, tensor_type
 
 PREFIX = "npu"
 
@@ -41,11 +43,33 @@ POOLS: dict[str, str] = {
     "mean": "relax.mean",
 }
 
+#: Row-wise operators (softmax, layer norm over the last axis): ``tir_schedules/rowwise.py``.
+ROWWISE: dict[str, DFPattern] = {
+    "softmax": is_op("relax.nn.softmax")(wildcard()),
+    "layer_norm": is_op("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard()),
+}
+
 CheckFn = Callable[[PatternCheckContext], bool]
 PatternEntry = tuple[str, DFPattern, dict[str, DFPattern], CheckFn]
 
 
+def _hard_sigmoid(x: DFPattern) -> DFPattern:
+    """``clip(x * alpha + beta, 0, 1)``: the form canonicalisation gives ONNX HardSigmoid (bounds checked
+    by the extraction)."""
+    scaled = is_op("relax.add")(is_op("relax.multiply")(x, is_const()), is_const())
+    return is_op("relax.clip")(scaled, wildcard(), wildcard())
+
+
+#: Activations spelled in several Relax ops (one epilogue step each; ``x`` is used twice by hard swish).
+COMPOSITE_ACTIVATIONS: dict[str, Callable[[DFPattern], DFPattern]] = {
+    "hardswish": lambda x: is_op("relax.multiply")(x, _hard_sigmoid(x)),
+    "hardsigmoid": _hard_sigmoid,
+}
+
+
 def _activation(name: str, x: DFPattern) -> DFPattern:
+    if name in COMPOSITE_ACTIVATIONS:
+        return COMPOSITE_ACTIVATIONS[name](x)
     op = is_op(ACTIVATIONS[name])
     return op(x, wildcard(), wildcard()) if name == "clip" else op(x)
 
@@ -58,7 +82,7 @@ def _epilogue_variants(fusion: int) -> list[tuple[bool, bool, str | None]]:
         (bias, residual, act)
         for bias in (True, False)
         for residual in (True, False)
-        for act in (*ACTIVATIONS, None)
+        for act in (*COMPOSITE_ACTIVATIONS, *ACTIVATIONS, None)
     ]
     return sorted(variants, key=lambda v: -(v[0] + v[1] + (v[2] is not None)))
 
@@ -107,6 +131,14 @@ def _narrowed(op: DFPattern) -> DFPattern:
     return is_op("relax.astype")(op) | op
 
 
+def _transposed_b() -> DFPattern:
+    """A matmul's second operand transposed in its last two axes (a weight, or K^T of attention): folded
+    into the matmul, whose B tile is then read transposed. Other transposes stay operators of their own."""
+    perm = is_op("relax.permute_dims")(wildcard())
+    swaps = [perm.has_attr({"axes": [*range(r - 2), r - 1, r - 2]}) for r in (2, 3, 4)]
+    return swaps[0] | swaps[1] | swaps[2] | is_op("relax.permute_dims")(is_const())
+
+
 def _variant_name(op: str, bias: bool, residual: bool, act: str | None) -> str:
     parts = [op, "bias" if bias else "", "add" if residual else "", act or ""]
     return f"{PREFIX}." + "_".join(p for p in parts if p)
@@ -150,6 +182,8 @@ def make_check(target: NpuTarget) -> CheckFn:
             return False
         if fits(op.spec, target.hw, target.options):
             return True
+        if isinstance(op.spec, PoolSpec) and split_global_pool(op.spec, target) is not None:
+            return True  # the plan stage averages it in bands of rows first
         if _bare(op.spec):
             out = op.spec.out
             warnings.warn(
@@ -181,19 +215,72 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
     for bias, residual, act in variants:
         conv = _narrowed(is_op("relax.nn.conv2d")(wildcard(), wildcard()))
         add(_variant_name("conv2d", bias, residual, act), _with_epilogue(conv, bias, residual, act))
-        b = is_op("relax.permute_dims")(is_const()) | wildcard()
+        b = _transposed_b() | wildcard()
         matmul = _narrowed(is_op("relax.matmul")(wildcard(), b))
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
     for clip in (True, False)[target.options.fusion == 0:]:
         add(f"{PREFIX}.qadd{'_clip' if clip else ''}", _rescaled_add(clip))
     for name, op in POOLS.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
+    for name, op in ROWWISE.items():
+        add(f"{PREFIX}.{name}", op)
+    for name in COMPOSITE_ACTIVATIONS:  # before the binary ops, which would claim their parts
+        add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     for name, op in BINARY.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard(), wildcard()))
     for name in ACTIVATIONS:
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     add(f"{PREFIX}.astype", is_op("relax.astype")(wildcard()))  # fp32 <-> fp16 where precisions meet
+    table.extend(data_movement_entries())
     return table
+
+
+#: Relax operators that move no data on the NPU (relabel or reorder dims): views.
+VIEW_OPS: dict[str, DFPattern] = {
+    "relax.reshape": is_op("relax.reshape")(wildcard(), wildcard()),
+    "relax.flatten": is_op("relax.flatten")(wildcard()),
+    "relax.squeeze": is_op("relax.squeeze")(wildcard()),
+    "relax.expand_dims": is_op("relax.expand_dims")(wildcard()),
+    "relax.permute_dims": is_op("relax.permute_dims")(wildcard()),
+}
+#: Element types a view or concat may have: those an unavoidable copy (a 1x1 max pool) can move.
+_MOVABLE = (DType.FP32, DType.FP16, DType.INT8, DType.UINT8)
+
+
+def _static(expr: object) -> bool:
+    try:
+        tensor_type(expr)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_view(ctx: PatternCheckContext) -> bool:
+    """A view needs static shapes (a transpose becomes the strides its readers and writers use: the
+    DMA orders its loops by DRAM stride, so runs stay as long as the innermost stored axis allows)."""
+    call = ctx.matched_expr
+    return (isinstance(call.args[0], relax.Var) and _static(call) and _static(call.args[0])
+            and tensor_type(call)[1] in _MOVABLE)
+
+
+def _check_concat(ctx: PatternCheckContext) -> bool:
+    """A concat of static tensors of one type (its inputs are written, or copied, into its slices)."""
+    call = ctx.matched_expr
+    if not _static(call) or not isinstance(call.args[0], relax.Tuple):
+        return False
+    dtype = tensor_type(call)[1]
+    return dtype in _MOVABLE and all(isinstance(f, relax.Var) and _static(f) and tensor_type(f)[1] == dtype
+                                     for f in call.args[0].fields)
+
+
+def data_movement_entries() -> list[PatternEntry]:
+    """``npu.view`` (reshape, flatten, squeeze, expand_dims, transposes) and
+    ``npu.concat``: no operator of their own, the partition graph turns them into views (``graph.py``)."""
+    entries: list[PatternEntry] = [(f"{PREFIX}.view_{op.rsplit('.', 1)[-1]}", p, {}, _check_view)
+                                   for op, p in VIEW_OPS.items()]
+    # the tuple as a whole: the composite function then takes the concatenated tensors as its parameters
+    entries.append((f"{PREFIX}.concat", is_op("relax.concat")(wildcard()), {}, _check_concat))
+    return entries
 
 
 # The registry lists later entries first; register lowest priority first so that

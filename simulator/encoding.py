@@ -28,7 +28,7 @@ from . import isa
 from .errors import ProgramFormatError
 
 MAGIC = b"NPUP"
-FORMAT_VERSION = 2  # 2: uint8, Conv.pad_value, VecRequant with fp32 multipliers
+FORMAT_VERSION = 3  # 2: uint8, Conv.pad_value, VecRequant with fp32 multipliers; 3: VDWCONV (and new vector ops)
 _HEADER = struct.Struct("<4sHHQIIQ")
 _TRAILER = struct.Struct("<I")
 _TENSOR_HEAD = struct.Struct("<BBB")

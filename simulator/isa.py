@@ -52,6 +52,9 @@ class Opcode(enum.IntEnum):
     VTANH = 0x32
     VGELU = 0x33
     VCOPY = 0x34
+    VSILU = 0x35
+    VHSIGMOID = 0x36
+    VHSWISH = 0x37
     VCLIP = 0x38
     VSCALE = 0x39
     VBIAS_ADD = 0x3A
@@ -60,6 +63,13 @@ class Opcode(enum.IntEnum):
     VQADD = 0x3D
     VMAXPOOL = 0x40
     VAVGPOOL = 0x41
+    VDWCONV = 0x42
+    VEXP = 0x60
+    VRECIP = 0x61
+    VRSQRT = 0x62
+    VGELU_TANH = 0x63
+    VRMAX = 0x64
+    VRSUM = 0x65
     SIGNAL = 0x50
     WAIT = 0x51
     END = 0xFF
@@ -384,19 +394,27 @@ class VecBinary(_VecBase):
 
 @dataclass(frozen=True, slots=True)
 class VecUnary(_VecBase):
-    """``dst = f(src)`` for relu, sigmoid, tanh, gelu (erf form) and copy/transpose.
+    """``dst = f(src)`` for relu, sigmoid, tanh, gelu (erf form), copy/transpose, and the
+    row-wise operators' exp, reciprocal ``1/x``, reciprocal square root ``1/sqrt(x)`` and
+    gelu in its tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, and swish
+    (silu) ``x * sigmoid(x)``.
 
-    Sigmoid, tanh and gelu take float dtypes only, are evaluated in float64 and rounded
-    once to ``dtype`` (nearest even). Relu and copy take every dtype.
+    Sigmoid, tanh, gelu (both forms), exp, reciprocal, rsqrt and swish take float dtypes only,
+    are evaluated in float64 and rounded once to ``dtype`` (nearest even; IEEE results for
+    0 and negative inputs: inf, nan). Relu and copy take every dtype.
     """
 
     dtype: DType
     op: Opcode
 
     OPS: ClassVar[frozenset[Opcode]] = frozenset(
-        {Opcode.VRELU, Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU, Opcode.VCOPY}
+        {Opcode.VRELU, Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU, Opcode.VCOPY,
+         Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU_TANH, Opcode.VSILU}
     )
-    TRANSCENDENTAL: ClassVar[frozenset[Opcode]] = frozenset({Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU})
+    TRANSCENDENTAL: ClassVar[frozenset[Opcode]] = frozenset(
+        {Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU, Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU_TANH,
+         Opcode.VSILU}
+    )
 
     @property
     def opcode(self) -> Opcode:
@@ -430,6 +448,29 @@ class VecScale(_VecBase):
     shift: float
 
     opcode: ClassVar[Opcode] = Opcode.VSCALE
+
+
+@dataclass(frozen=True, slots=True)
+class VecHardSigmoid(_VecBase):
+    """Hard sigmoid ``h = min(max(src * alpha + beta, 0), 1)`` (op VHSIGMOID) or hard swish
+    ``src * h`` (op VHSWISH) for float data: ONNX ``HardSigmoid`` / ``HardSwish`` (alpha 1/6,
+    beta 1/2) in one pass, so the activation stays in the epilogue of its conv.
+
+    Evaluated in float64 and rounded once to ``dtype``; one lane-group cycle per 32 elements
+    like the other piecewise-linear steps (a multiply-add, a clamp and a multiply in the lane's
+    pipeline; the datasheet lists activations among the vector engine's work without a cost).
+    """
+
+    dtype: DType
+    alpha: float
+    beta: float
+    op: Opcode
+
+    OPS: ClassVar[frozenset[Opcode]] = frozenset({Opcode.VHSIGMOID, Opcode.VHSWISH})
+
+    @property
+    def opcode(self) -> Opcode:
+        return self.op
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +572,45 @@ class VecCast(_VecBase):
 
 
 @dataclass(frozen=True, slots=True)
+class VecReduce:
+    """Row reduction: ``dst[a, b] = reduce_r src[a, b, r]`` over the innermost of a 3-D ``shape``
+    (max for VRMAX, sum for VRSUM) in a float ``dtype``.
+
+    The rows of a softmax or a layer norm: ``dst`` has one element per (a, b), distinct;
+    ``src`` may broadcast. Sums are taken in float64 and rounded once to ``dtype``.
+    Lanes take consecutive elements of a row, so a row of ``r`` elements costs
+    ``ceil(r / lanes)`` lane-group cycles (the combine of the lanes is pipelined).
+    """
+
+    shape: Strides3
+    dst_addr: int
+    dst_strides: tuple[int, int]
+    src_addr: int
+    src_strides: Strides3
+    dtype: DType
+    op: Opcode
+
+    engine: ClassVar[Engine] = Engine.VECTOR
+    OPS: ClassVar[frozenset[Opcode]] = frozenset({Opcode.VRMAX, Opcode.VRSUM})
+
+    @property
+    def opcode(self) -> Opcode:
+        return self.op
+
+    @property
+    def nelems(self) -> int:
+        return self.shape[0] * self.shape[1] * self.shape[2]
+
+    def accesses(self) -> tuple[Access, Access]:
+        """(dst (a, b), distinct; src (a, b, r), may broadcast)."""
+        return (
+            _sram("dst_addr", "dst_strides", self.dst_addr, self.shape[:2], self.dst_strides, self.dtype, write=True),
+            _sram("src_addr", "src_strides", self.src_addr, self.shape, self.src_strides, self.dtype,
+                  read=True, distinct=False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Pool:
     """Max or average pooling window over a (c, h, w) tile; outside the tile is padding.
 
@@ -576,6 +656,69 @@ class Pool:
             _sram("out_addr", "out_strides", self.out_addr, (self.channels, self.out_h, self.out_w),
                   self.out_strides, self.dtype, write=True),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DwConv:
+    """Depthwise convolution tile on the vector engine: a multiply-accumulate over a window.
+
+    ``out[c, y, x] (+)= sum_{ky,kx} in[c, y*sh + ky*dh - pad_top, x*sw + kx*dw - pad_left]
+    * w[c, ky, kx]``, with input positions outside ``[0, in_h) x [0, in_w)`` reading
+    ``pad_value`` (as :class:`Conv`: 0 for float types, an 8-bit input's zero point). Each
+    channel is its own group, so this is the tensor engine's ``Conv`` with
+    ``groups = in_c = out_c`` and the same numerics: fp32/fp16 products are summed in a wide
+    accumulator and rounded once into the fp32 output, 8-bit inputs (int8 or uint8) times
+    int8 weights accumulate in int32 with wrap-around; ``accumulate`` adds to the output
+    instead of overwriting it. Lanes take consecutive output elements (row-major over
+    channel, row, column), each lane one window tap per cycle.
+    """
+
+    in_addr: int
+    in_strides: Strides3  # (c, h, w)
+    in_h: int
+    in_w: int
+    w_addr: int
+    w_strides: Strides3  # (c, kh, kw)
+    out_addr: int
+    out_strides: Strides3  # (c, h, w)
+    channels: int
+    out_h: int
+    out_w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int
+    stride_w: int
+    dilation_h: int
+    dilation_w: int
+    pad_top: int
+    pad_left: int
+    pad_bottom: int
+    pad_right: int
+    in_dtype: DType
+    accumulate: bool
+    pad_value: int = 0
+
+    engine: ClassVar[Engine] = Engine.VECTOR
+    opcode: ClassVar[Opcode] = Opcode.VDWCONV
+
+    @property
+    def acc_dtype(self) -> DType:
+        return ACCUMULATOR[self.in_dtype]
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(input (c, h, w), weights (c, kh, kw), output (c, h, w), also read when accumulating)."""
+        return (
+            _sram("in_addr", "in_strides", self.in_addr, (self.channels, self.in_h, self.in_w), self.in_strides,
+                  self.in_dtype, read=True),
+            _sram("w_addr", "w_strides", self.w_addr, (self.channels, self.kernel_h, self.kernel_w),
+                  self.w_strides, self.in_dtype.weight, read=True),
+            _sram("out_addr", "out_strides", self.out_addr, (self.channels, self.out_h, self.out_w),
+                  self.out_strides, self.acc_dtype, read=self.accumulate, write=True),
+        )
+
+    @property
+    def macs(self) -> int:
+        return self.channels * self.out_h * self.out_w * self.kernel_h * self.kernel_w
 
 
 # ---------------------------------------------------------------- sync and end
@@ -625,8 +768,8 @@ class End:
 
 
 Instruction = (
-    DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecBiasAdd
-    | VecRequant | VecQAdd | VecCast | Pool | Signal | Wait | End
+    DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecHardSigmoid | VecBiasAdd
+    | VecRequant | VecQAdd | VecCast | VecReduce | Pool | DwConv | Signal | Wait | End
 )
 
 #: Which record class each opcode decodes into.
@@ -639,11 +782,14 @@ RECORD_OF: dict[Opcode, type] = {
     **{op: VecUnary for op in VecUnary.OPS},
     Opcode.VCLIP: VecClip,
     Opcode.VSCALE: VecScale,
+    **{op: VecHardSigmoid for op in VecHardSigmoid.OPS},
     Opcode.VBIAS_ADD: VecBiasAdd,
     Opcode.VREQUANT: VecRequant,
     Opcode.VQADD: VecQAdd,
     Opcode.VCAST: VecCast,
+    **{op: VecReduce for op in VecReduce.OPS},
     **{op: Pool for op in Pool.OPS},
+    Opcode.VDWCONV: DwConv,
     Opcode.SIGNAL: Signal,
     Opcode.WAIT: Wait,
     Opcode.END: End,

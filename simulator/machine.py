@@ -181,7 +181,7 @@ class Simulator:
             elif isinstance(ins, isa.Signal | isa.Wait):
                 queues[ins.engine_id].append((_SIGNAL if isinstance(ins, isa.Signal) else _WAIT, index, ins.sem, ()))
             elif not isinstance(ins, isa.End):
-                if isinstance(ins, isa.MatMul | isa.Conv):
+                if isinstance(ins, isa.MatMul | isa.Conv | isa.DwConv):  # the bound counts MACs on any engine
                     macs[ins.in_dtype] = macs.get(ins.in_dtype, 0) + ins.macs
                 queues[ins.engine].append((_COMPUTE, index, timing.compute_cycles(hw, ins), deps[index]))
         static = {

@@ -123,6 +123,11 @@ _TRANSCENDENTAL: dict[isa.Opcode, Callable[[np.ndarray], np.ndarray]] = {
     isa.Opcode.VSIGMOID: special.expit,
     isa.Opcode.VTANH: np.tanh,
     isa.Opcode.VGELU: lambda x: 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0))),
+    isa.Opcode.VGELU_TANH: lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * (x * x * x)))),
+    isa.Opcode.VEXP: np.exp,
+    isa.Opcode.VRECIP: np.reciprocal,
+    isa.Opcode.VRSQRT: lambda x: 1.0 / np.sqrt(x),
+    isa.Opcode.VSILU: lambda x: x * special.expit(x),
 }
 
 
@@ -184,6 +189,17 @@ def _vec_scale(ins: isa.VecScale, accs: Accesses) -> Executor:
     return _vec(accs, run)
 
 
+def _vec_hard_sigmoid(ins: isa.VecHardSigmoid, accs: Accesses) -> Executor:
+    alpha, beta, swish = ins.alpha, ins.beta, ins.op == isa.Opcode.VHSWISH
+
+    def run(x: np.ndarray, out: np.ndarray) -> None:
+        x64 = x.astype(_F64)
+        h = np.clip(x64 * alpha + beta, 0.0, 1.0)
+        out[...] = x64 * h if swish else h
+
+    return _vec(accs, run)
+
+
 def _vec_bias_add(ins: isa.VecBiasAdd, accs: Accesses) -> Executor:
     return _vec2(accs, lambda x, bias, out: np.add(x, bias, out=out))  # the bias broadcasts (stride 0)
 
@@ -227,6 +243,16 @@ def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
     return _vec(accs, float_to_int)
 
 
+def _vec_reduce(ins: isa.VecReduce, accs: Accesses) -> Executor:
+    """Max is exact in the dtype; sums run in float64 and round once."""
+    is_max = ins.op == isa.Opcode.VRMAX
+
+    def run(x: np.ndarray, out: np.ndarray) -> None:
+        out[...] = x.max(axis=2) if is_max else x.astype(_F64).sum(axis=2)
+
+    return _vec(accs, run)
+
+
 def _pool(ins: isa.Pool, accs: Accesses) -> Executor:
     """Reduce sliding windows over a padded copy of the tile (padding never wins a max)."""
     x_op, o_op = (_operand(acc) for acc in accs)
@@ -267,6 +293,31 @@ def _pool(ins: isa.Pool, accs: Accesses) -> Executor:
     return run
 
 
+def _dwconv(ins: isa.DwConv, accs: Accesses) -> Executor:
+    """Per channel, the window taps of a padded copy of the tile times that channel's kernel.
+
+    Summed in float64 (exact for 8-bit operands) and stored like a tensor-engine result, so
+    fp32 rounds once and int32 wraps, exactly as :func:`_conv` with one channel per group.
+    """
+    x_op, w_op, o_op = (_operand(acc) for acc in accs)
+    c, kh, kw, oh, ow = ins.channels, ins.kernel_h, ins.kernel_w, ins.out_h, ins.out_w
+    padded = (c, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
+    inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
+    sc, sh, sw = padded[1] * padded[2] * _F64.itemsize, padded[2] * _F64.itemsize, _F64.itemsize
+    win_strides = (sc, ins.dilation_h * sh, ins.dilation_w * sw, ins.stride_h * sh, ins.stride_w * sw)
+    pad_value, accumulate = float(ins.pad_value), ins.accumulate
+
+    def run(sram: np.ndarray, dram: list[np.ndarray]) -> None:
+        xp = np.full(padded, pad_value, _F64)
+        xp[inner] = np.ndarray(x_op[0], x_op[1], sram, x_op[2], x_op[3])
+        taps = np.ndarray((c, kh, kw, oh, ow), _F64, xp, 0, win_strides)
+        w = np.ndarray(w_op[0], w_op[1], sram, w_op[2], w_op[3]).astype(_F64)
+        product = np.einsum("cijyx,cij->cyx", taps, w)
+        _store_acc(np.ndarray(o_op[0], o_op[1], sram, o_op[2], o_op[3]), product, accumulate)
+
+    return run
+
+
 _BUILDERS: dict[type, Callable[..., Executor]] = {
     isa.DmaLoad: _dma,
     isa.DmaStore: _dma,
@@ -276,11 +327,14 @@ _BUILDERS: dict[type, Callable[..., Executor]] = {
     isa.VecUnary: _vec_unary,
     isa.VecClip: _vec_clip,
     isa.VecScale: _vec_scale,
+    isa.VecHardSigmoid: _vec_hard_sigmoid,
     isa.VecBiasAdd: _vec_bias_add,
     isa.VecRequant: _vec_requant,
     isa.VecQAdd: _vec_qadd,
     isa.VecCast: _vec_cast,
+    isa.VecReduce: _vec_reduce,
     isa.Pool: _pool,
+    isa.DwConv: _dwconv,
 }
 
 

@@ -8,8 +8,13 @@ BW = dram_bytes_per_cycle::
     Conv    tensor_issue_cycles + groups * ceil(K/R) * ceil(N/C) * M * P       (implicit GEMM,
             per group M = out_h*out_w, K = (in_c/groups)*kernel_h*kernel_w, N = out_c/groups)
     Vec*    vector_issue_cycles + ceil(n/L) * c                                 (n = prod(shape);
-            c = transcendental_cycles for VSIGMOID/VTANH/VGELU, else 1)
+            c = transcendental_cycles for VSIGMOID/VTANH/VGELU/VGELU_TANH/VEXP/VRECIP/VRSQRT/VSILU,
+            else 1)
+    VRMAX/VRSUM  vector_issue_cycles + a*b * ceil(r/L)                          (rows of a
+            (a, b, r) shape reduced over r; lanes never mix two rows)
     Pool    vector_issue_cycles + ceil(channels*out_h*out_w / L) * kernel_h*kernel_w
+    DwConv  vector_issue_cycles + ceil(channels*out_h*out_w / L) * kernel_h*kernel_w  (one tap per
+            lane per cycle, every dtype, like every vector instruction)
     Signal, Wait, End: 0 cycles
 
     DMA     the DRAM side is split into contiguous runs (dims whose strides make them
@@ -21,7 +26,7 @@ BW = dram_bytes_per_cycle::
             max(t + dma_latency, channel_free) first come first served, and holds the
             channel and its engine until grant + transfer.
 
-    lower_bound = max(sum over tensor instructions of MACs / peak_macs_per_cycle(dtype),
+    lower_bound = max(sum over MAC instructions (Conv, MatMul, DwConv) of MACs / peak_macs_per_cycle(dtype),
                       compulsory_bytes / BW)
             compulsory_bytes = nbytes of every OUTPUT and CONSTANT tensor, plus the distinct
             elements of each INPUT tensor that the program reads (an operator may need only
@@ -59,6 +64,12 @@ def vector_cycles(hw: HardwareConfig, nelems: int, cycles_per_group: int = 1) ->
     return hw.vector_issue_cycles + _ceil_div(nelems, hw.vector_lanes) * cycles_per_group
 
 
+def reduce_cycles(hw: HardwareConfig, shape: tuple[int, int, int]) -> int:
+    """Cycles of a row reduction (VRMAX/VRSUM): every row of ``shape[2]`` elements takes
+    ``ceil(shape[2] / L)`` lane groups (lanes never mix two rows)."""
+    return hw.vector_issue_cycles + shape[0] * shape[1] * _ceil_div(shape[2], hw.vector_lanes)
+
+
 def compute_cycles(hw: HardwareConfig, instr: isa.Instruction) -> int:
     """Cycles a non-DMA instruction occupies its engine (0 for Signal, Wait and End)."""
     if isinstance(instr, isa.MatMul):
@@ -67,9 +78,11 @@ def compute_cycles(hw: HardwareConfig, instr: isa.Instruction) -> int:
         g = instr.groups
         k = (instr.in_c // g) * instr.kernel_h * instr.kernel_w
         return matmul_cycles(hw, instr.out_h * instr.out_w, instr.out_c // g, k, instr.in_dtype, g)
-    if isinstance(instr, isa.Pool):
+    if isinstance(instr, isa.Pool | isa.DwConv):
         n = instr.channels * instr.out_h * instr.out_w
         return vector_cycles(hw, n, instr.kernel_h * instr.kernel_w)
+    if isinstance(instr, isa.VecReduce):
+        return reduce_cycles(hw, instr.shape)
     if isinstance(instr, isa.VecUnary) and instr.op in isa.VecUnary.TRANSCENDENTAL:
         return vector_cycles(hw, instr.nelems, hw.transcendental_cycles)
     if isinstance(instr, isa._VecBase):

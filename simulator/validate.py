@@ -158,15 +158,27 @@ class _Checker:
             ins, "in_c", "in_h", "in_w", "out_c", "out_h", "out_w", "kernel_h", "kernel_w",
             "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
         )  # fmt: skip
+        for name in ("in_c", "out_c"):
+            if getattr(ins, name) % ins.groups:
+                self.fail(name, f"{getattr(ins, name)} is not divisible by groups={ins.groups}")
+        self._conv_window(ins)
+
+    def dwconv(self, ins: isa.DwConv) -> None:
+        self.tensor_dtype("in_dtype", ins.in_dtype)
+        self.positive(
+            ins, "channels", "in_h", "in_w", "out_h", "out_w", "kernel_h", "kernel_w",
+            "stride_h", "stride_w", "dilation_h", "dilation_w",
+        )  # fmt: skip
+        self._conv_window(ins)
+
+    def _conv_window(self, ins: isa.Conv | isa.DwConv) -> None:
+        """Pad value, padding and window rules shared by both convolution records, then the operands."""
         self.nonnegative(ins, "pad_top", "pad_left", "pad_bottom", "pad_right")
         if ins.in_dtype.is_quantized:
             self.in_range("pad_value", ins.pad_value, ins.in_dtype)
         elif ins.pad_value != 0:
             self.fail("pad_value", f"must be 0 for {ins.in_dtype.name} (only 8-bit inputs pad with a zero point), "
                                    f"got {ins.pad_value}")
-        for name in ("in_c", "out_c"):
-            if getattr(ins, name) % ins.groups:
-                self.fail(name, f"{getattr(ins, name)} is not divisible by groups={ins.groups}")
         for axis, kernel, dilation, pads in (
             ("h", ins.kernel_h, ins.dilation_h, ("pad_top", "pad_bottom")),
             ("w", ins.kernel_w, ins.dilation_w, ("pad_left", "pad_right")),
@@ -178,7 +190,7 @@ class _Checker:
             self._window(ins, axis, extent + 1)
         self.operands(ins)
 
-    def _window(self, ins: isa.Conv | isa.Pool, axis: str, window: int) -> None:
+    def _window(self, ins: isa.Conv | isa.DwConv | isa.Pool, axis: str, window: int) -> None:
         """The last output's window must end inside the padded input."""
         out, stride, size = (
             (ins.out_h, ins.stride_h, ins.pad_top + ins.in_h + ins.pad_bottom)
@@ -229,6 +241,15 @@ class _Checker:
                 self.fail(name, f"must be finite, got {getattr(ins, name)}")
         self.vec_base(ins)
 
+    def vec_hard_sigmoid(self, ins: isa.VecHardSigmoid) -> None:
+        self.op_in(ins, isa.VecHardSigmoid.OPS)
+        if not ins.dtype.is_float:
+            self.fail("dtype", f"{ins.op.name} needs a float dtype (FP16, FP32), got {ins.dtype.name}")
+        for name in ("alpha", "beta"):
+            if not math.isfinite(getattr(ins, name)):
+                self.fail(name, f"must be finite, got {getattr(ins, name)}")
+        self.vec_base(ins)
+
     def vec_bias_add(self, ins: isa.VecBiasAdd) -> None:
         if ins.axis not in (0, 1, 2):
             self.fail("axis", f"must be 0, 1 or 2, got {ins.axis}")
@@ -265,6 +286,13 @@ class _Checker:
     def vec_cast(self, ins: isa.VecCast) -> None:
         self.vec_base(ins)
 
+    def vec_reduce(self, ins: isa.VecReduce) -> None:
+        self.op_in(ins, isa.VecReduce.OPS)
+        if not ins.dtype.is_float:
+            self.fail("dtype", f"{ins.op.name} needs a float dtype (FP16, FP32), got {ins.dtype.name}")
+        self.positive(ins, "shape")
+        self.operands(ins)
+
     def pool(self, ins: isa.Pool) -> None:
         self.op_in(ins, isa.Pool.OPS)
         self.positive(ins, "channels", "in_h", "in_w", "out_h", "out_w", "kernel_h", "kernel_w", "stride_h", "stride_w")
@@ -281,7 +309,8 @@ class _Checker:
         if not 0 <= ins.sem < self.hw.num_semaphores:
             self.fail("sem", f"semaphore {ins.sem} does not exist; accepted: 0..{self.hw.num_semaphores - 1}")
 
-    def op_in(self, ins: isa.VecBinary | isa.VecUnary | isa.Pool, ops: frozenset[isa.Opcode]) -> None:
+    def op_in(self, ins: isa.VecBinary | isa.VecUnary | isa.VecHardSigmoid | isa.VecReduce | isa.Pool,
+              ops: frozenset[isa.Opcode]) -> None:
         if ins.op not in ops:
             accepted = sorted(o.name for o in ops)
             self.fail("op", f"{ins.op!r} is not valid for {type(ins).__name__}; accepted: {accepted}")
@@ -296,11 +325,14 @@ _CHECKS: dict[type, Callable[[_Checker, object], None]] = {
     isa.VecUnary: _Checker.vec_unary,
     isa.VecClip: _Checker.vec_clip,
     isa.VecScale: _Checker.vec_scale,
+    isa.VecHardSigmoid: _Checker.vec_hard_sigmoid,
     isa.VecBiasAdd: _Checker.vec_bias_add,
     isa.VecRequant: _Checker.vec_requant,
     isa.VecQAdd: _Checker.vec_qadd,
     isa.VecCast: _Checker.vec_cast,
+    isa.VecReduce: _Checker.vec_reduce,
     isa.Pool: _Checker.pool,
+    isa.DwConv: _Checker.dwconv,
     isa.Signal: _Checker.sync,
     isa.Wait: _Checker.sync,
 }

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("simulator", "tir_schedules", "relay_patterns", "codegen")
 #: Modules of ``tvm_npu/`` every stage may import: configuration, the typed contracts between
 #: stages, and the artifact / runtime-module formats the codegen produces.
-SHARED = {"config", "ops", "tiles", "plan", "epilogue", "artifact", "runtime_module"}
+SHARED = {"config", "ops", "tiles", "plan", "epilogue", "artifact", "runtime_module", "views"}
 
 #: Layer -> the layers it may import (besides itself and third-party packages).
 ALLOWED: dict[str, set[str]] = {

@@ -28,6 +28,7 @@ class SiteKind(enum.StrEnum):
     CONV = "conv"
     POOL = "pool"
     EPI = "epi"  # one vector instruction per epilogue step
+    ROW = "row"  # one vector instruction per step of a row-wise operator (``npu.epi`` = the step)
 
 
 class Role(enum.StrEnum):

@@ -11,10 +11,21 @@ index affine.
 Loop orders (``ConvTile.order``): ``B_STATIONARY`` keeps a weight tile in SRAM and
 streams input tiles through the fused spatial loop; ``A_STATIONARY`` keeps an input
 tile and streams weight tiles through the output-channel loop.
+
+Engines (``ConvTile.engine``): the tensor engine computes every convolution as an
+implicit GEMM; a depthwise one (one input and one output channel per group) may run on
+the vector engine instead (``VDWCONV``: all lanes busy, where the array would use one
+column per group). The template is the same for both except for the loops: a vector
+tile fuses the group-tile and spatial loops into one pipelined loop (so tiles of whole
+maps still overlap) and keeps the whole layer's weights and per-channel epilogue
+operands (bias, requantisation multipliers) in SRAM, loaded once (a few bytes per
+channel; a load per tile would cost a descriptor's latency each). The codegen picks the
+instruction, and the cost model estimates both so the planner chooses per layer.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from tvm import s_tir, te, tirx
@@ -22,7 +33,7 @@ from tvm_npu.simulator import timing
 
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
 from tvm_npu.ops import Broadcast, Conv2dSpec
-from tvm_npu.tiles import ConvTile, Order
+from tvm_npu.tiles import ConvEngine, ConvTile, Order
 
 from .common import (
     Scheduled,
@@ -159,6 +170,30 @@ def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tenso
     return [data, weight, *operands.values()], final, axes
 
 
+def depthwise(spec: Conv2dSpec) -> bool:
+    """One input and one output channel per group: what the vector engine's ``VDWCONV`` computes."""
+    g = spec.groups
+    return g > 1 and spec.in_channels == g and spec.out.dim("C") == g
+
+
+def group_quantum(spec: Conv2dSpec, hw: HardwareConfig) -> int:
+    """Groups per depthwise tile that make every buffer version a whole number of SRAM granules.
+
+    The synchronisation pass tracks dependences per ``sram_align_bytes`` granule, so two
+    versions of a pipelined buffer that shared one would order each load after the
+    previous tile's compute and serialise the pipeline.
+    """
+    sizes = [spec.data.dtype.itemsize, spec.weight.dtype.itemsize, spec.out.dtype.itemsize,
+             *(e.operand.dtype.itemsize for e in spec.epilogue if e.operand is not None)]
+    return hw.sram_align_bytes // math.gcd(hw.sram_align_bytes, min(sizes))
+
+
+def streams_groups(tile: ConvTile) -> bool:
+    """Whether the group-tile loop is fused into the pipelined loop and the weights of every
+    group stay in SRAM (vector-engine tiles)."""
+    return tile.engine == ConvEngine.VECTOR
+
+
 def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
     """Input rows and columns one output tile reads (halo included)."""
     (kh, kw), (sh, sw), (dh, dw) = spec.kernel, spec.strides, spec.dilation
@@ -166,7 +201,7 @@ def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
 
 
 class Conv2d(OpKind):
-    """2-D convolution (grouped and depthwise included) on the tensor engine."""
+    """2-D convolution (grouped and depthwise included) on the tensor engine, depthwise also on the vector engine."""
 
     spec_type = Conv2dSpec
     tile_type = ConvTile
@@ -181,6 +216,8 @@ class Conv2d(OpKind):
         n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
         n_oc = _ceil(spec.out.dim("C") // g, tile.toc)
         inner = n_sp if tile.order == Order.B_STATIONARY else n_oc
+        if streams_groups(tile):
+            inner = _ceil(g, tile.tg) * n_oc * n_sp
         return Pipelining(streamed or inner > 1, streamed)
 
     def schedule(self, spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
@@ -222,8 +259,12 @@ class Conv2d(OpKind):
         sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
         s = sch.fuse(yo, xo)
         outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
-        inner_out = outer_loops[-1]
         chan_inner = oo
+        if streams_groups(tile):  # one pipelined loop over group and spatial tiles, all weights loaded once
+            s = sch.fuse(*outer_loops)
+            outer_loops = [s]
+            chan_inner = b
+        inner_out = outer_loops[-1]
 
         # input window: the pad stage lives in SRAM, computed per spatial (and rc) tile
         pad = sch.get_sblock("pad")
@@ -239,6 +280,17 @@ class Conv2d(OpKind):
         mark(sch, sch.blockize(sch.get_loops(init)[len(outer_loops) + 1]), SiteKind.ZERO)
         mark(sch, sch.blockize(inner[0]), SiteKind.CONV)
         schedule_epilogue(sch, res, blk, inner_out, store, own_result=rco is not None)
+        if streams_groups(tile):  # per-channel epilogue operands, like the weights, are loaded once
+            for idx, step in enumerate(spec.epilogue):
+                if step.operand is None or step.broadcast != Broadcast.CHANNEL:
+                    continue
+                i = next(i for i, x in enumerate(res.loads) if res.roles.get(buffer_name(sch, x)) == Role.operand(idx))
+                per_tile = res.loads[i]
+                whole = sch.cache_read(per_tile, 0, SRAM_SCOPE)  # a copy of the whole vector, at the root
+                del res.roles[buffer_name(sch, per_tile)]
+                sch.compute_inline(per_tile)  # the epilogue step reads the whole vector
+                res.roles[buffer_name(sch, whole)] = Role.operand(idx)
+                res.loads[i] = attach(sch, whole, b, SiteKind.DMA)
 
         pipe = rco if self.pipelining(spec, tile).streamed_reduction else inner_out
         pipeline(sch, pipe, tile.stages, res.loads, res.stores)
@@ -250,15 +302,19 @@ class Conv2d(OpKind):
         og, cg = spec.out.dim("C") // g, spec.in_channels // g
         oh, ow = spec.out.dim("H"), spec.out.dim("W")
         if g > 1:
-            tg = tile_extents(g, 1, opts) if og == 1 else [1]  # several groups per tile only when depthwise
+            # several groups per tile only when each group has one output channel
+            tg = [1] if og > 1 else tile_extents(g, group_quantum(spec, hw) if depthwise(spec) else 1, opts)
             toc = [og] if og == 1 else [t for t in tile_extents(og, hw.mac_cols, opts) if og % t == 0]
             tic = [cg]
         else:
             tg, toc, tic = [1], tile_extents(og, hw.mac_cols, opts), tile_extents(cg, hw.mac_rows, opts, limit=4)
+        engines = [ConvEngine.TENSOR, ConvEngine.VECTOR] if depthwise(spec) else [ConvEngine.TENSOR]
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
-                "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg}
+                "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines}
 
     def admits(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
+        if tile.engine == ConvEngine.VECTOR and (not depthwise(spec) or tile.order != Order.B_STATIONARY):
+            return False  # the loop order means nothing when every loop is fused into one
         return tile.tg == 1 or tile.toc == spec.out.dim("C") // spec.groups  # a multi-group tile holds whole groups
 
     def whole_rows(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
@@ -278,9 +334,11 @@ class Conv2d(OpKind):
         data_v = s if (streamed_rc or outer_b) else 1
         w_v = s if (streamed_rc or not outer_b) else 1
         out_v = 1 if streamed_rc else (2 if s > 1 else 1)
-        buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * tile.tg * tile.toc * tic * kh * kw * isz]
+        w_groups = spec.groups if streams_groups(tile) else tile.tg
+        buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * w_groups * tile.toc * tic * kh * kw * isz]
         buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, ACCUMULATOR[spec.data.dtype],
-                                  1 if streamed_rc else s, out_v, streamed_rc)
+                                  1 if streamed_rc else s, out_v, streamed_rc,
+                                  spec.out.dim("C") if streams_groups(tile) else None)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model
@@ -320,10 +378,10 @@ class Conv2d(OpKind):
                 return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
             return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe))
 
-        def epi_loads(b, gt, ot, y, x):
+        def epi_loads(b, gt, ot, y, x, channel=True, full=True):
             cost = Copy()
             for e in spec.epilogue:
-                if e.operand is None:
+                if e.operand is None or not (channel if e.broadcast == Broadcast.CHANNEL else full):
                     continue
                 if e.broadcast == Broadcast.CHANNEL:
                     o0 = gt[0] * og + ot[0]
@@ -334,6 +392,7 @@ class Conv2d(OpKind):
 
         outer_b = tile.order == Order.B_STATIONARY
         pipelined_rc = len(rc_tiles) > 1
+        on_vector = tile.engine == ConvEngine.VECTOR
         for b in range(n):
             if outer_b:
                 pairs = (((gt, ot), (y, x)) for gt in g_tiles for ot in oc_tiles for y in y_tiles for x in x_tiles)
@@ -342,19 +401,25 @@ class Conv2d(OpKind):
             prev_outer = None
             slot = 0
             for (gt, ot), (y, x) in pairs:
-                outer_key = (gt, ot) if outer_b else (gt, y, x)
+                outer_key = () if on_vector else (gt, ot) if outer_b else (gt, y, x)
                 new_outer = outer_key != prev_outer
                 slot = 0 if new_outer else slot + 1
                 prev_outer = outer_key
                 m = y[1] * x[1]
                 oe = ot[1]
                 vec = vector_cycles(hw, spec, gt[1] * oe * m)
+                if on_vector:  # the windows run on the vector engine, before the epilogue
+                    vec += timing.vector_cycles(hw, gt[1] * m, kh * kw)
                 store = out_box(b, gt, ot, y, x)
                 for ri, ct in enumerate(rc_tiles):
-                    tensor = timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
+                    tensor = 0 if on_vector else timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
                     loads = Copy()
                     stationary = None
-                    if pipelined_rc:
+                    if on_vector:  # weights and per-channel operands of every group stay in SRAM
+                        loads += data_box(b, gt, ct, y, x)
+                        if new_outer:
+                            stationary = weight_box((0, g), ot, ct) + epi_loads(b, (0, g), ot, y, x, full=False)
+                    elif pipelined_rc:
                         loads += data_box(b, gt, ct, y, x)
                         loads += weight_box(gt, ot, ct)
                     elif outer_b:
@@ -364,10 +429,14 @@ class Conv2d(OpKind):
                         loads += weight_box(gt, ot, ct)
                         stationary = data_box(b, gt, ct, y, x) if new_outer else None
                     last = ri == len(rc_tiles) - 1
+                    operands = epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else Copy()
                     yield Step(loads, tensor, last, vec if last else 0, store if last else Copy(), stationary,
-                               epi_loads(b, gt, ot, y, x) if last else Copy(), ri if pipelined_rc else slot)
+                               operands, ri if pipelined_rc else slot)
 
     def compute_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
+        """Tensor-engine work of all steps (none when the vector engine computes the windows)."""
+        if tile.engine == ConvEngine.VECTOR:
+            return 0
         g = spec.groups
         kh, kw = spec.kernel
         og, cg = spec.out.dim("C") // g, spec.in_channels // g
@@ -393,11 +462,13 @@ class Conv2d(OpKind):
         streamed = min(tile.tic, cg) < cg
         b_stat = tile.order == Order.B_STATIONARY
         data_loads = n_oc if (b_stat or streamed) else 1
-        weight_loads = spec.data.dim("N") * (n_sp if (streamed or not b_stat) else 1)
+        weight_loads = spec.data.dim("N") * (n_sp if (streamed or not b_stat) and not streams_groups(tile) else 1)
         total = data * data_loads + spec.weight.nbytes * weight_loads + spec.out.nbytes + extra
         return total / hw.dram_bytes_per_cycle
 
     def outer_count(self, spec: Conv2dSpec, tile: ConvTile) -> int:
+        if streams_groups(tile):
+            return 1
         if tile.order == Order.B_STATIONARY:
             return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("C") // spec.groups, tile.toc)
         return _ceil(spec.groups, tile.tg) * _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)

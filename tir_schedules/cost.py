@@ -300,11 +300,13 @@ def step_itemsizes(spec: OpSpec, first: DType) -> list[int]:
 
 
 def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, acc: DType, operand_v: int, out_v: int,
-                    own_output: bool = False) -> list[int]:
+                    own_output: bool = False, resident_channels: int | None = None) -> list[int]:
     """Accumulator, epilogue stages, final output buffer and epilogue operands.
 
     ``acc`` is the accumulator type; ``own_output``: the template gives the result a
-    buffer of its own even when it has the accumulator's shape (streamed reductions).
+    buffer of its own even when it has the accumulator's shape (streamed reductions);
+    ``resident_channels``: per-channel operands are loaded once for that many channels
+    (one version) instead of per tile.
     """
     n_epi = len(spec.epilogue)
     asz = acc.itemsize
@@ -317,9 +319,14 @@ def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, acc: DType, oper
     else:
         buffers = [out_v * out_elems * asz]
     for e in spec.epilogue:
-        if e.operand is not None:
-            n = channels if e.broadcast == Broadcast.CHANNEL else out_elems
-            buffers.append(operand_v * n * e.operand.dtype.itemsize)
+        if e.operand is None:
+            continue
+        if e.broadcast != Broadcast.CHANNEL:
+            buffers.append(operand_v * out_elems * e.operand.dtype.itemsize)
+        elif resident_channels is not None:
+            buffers.append(resident_channels * e.operand.dtype.itemsize)
+        else:
+            buffers.append(operand_v * channels * e.operand.dtype.itemsize)
     return buffers
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 from tvm import s_tir, te
 from tvm_npu.simulator import timing
 
@@ -149,26 +150,27 @@ class Matmul(OpKind):
         k_tiles = axis_tiles(k, tk)
         m_tiles, n_tiles = axis_tiles(m, tile.tm), axis_tiles(n, tile.tn)
         order = effective_order(spec, tile)
-        a_batch = len(spec.a.shape) > 2
-        b_batch = len(spec.b.shape) > 2
+        batch_shape = spec.out.shape[:-2]
+
+        def box(shape, bi, lo, ext):
+            """Copy cost of an operand's (lo, ext) tile in batch ``bi`` (any number of batch dims; a 2-D
+            operand is shared by every batch)."""
+            lead = len(shape) - 2
+            idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape))[len(batch_shape) - lead:] if lead else ()
+            return copy_cost(hw, dt, shape, (*idx, *lo), (*(1,) * lead, *ext))
 
         def a_box(bi, mt, kt):
-            lo, ext = (mt[0], kt[0]), (mt[1], kt[1])
-            if a_batch:
-                return copy_cost(hw, dt, spec.a.shape, (bi, *lo), (1, *ext))
-            return copy_cost(hw, dt, spec.a.shape, lo, ext)
+            return box(spec.a.shape, bi, (mt[0], kt[0]), (mt[1], kt[1]))
 
         def b_box(bi, nt, kt):
             lo, ext = ((nt[0], kt[0]), (nt[1], kt[1])) if spec.transpose_b else ((kt[0], nt[0]), (kt[1], nt[1]))
-            if b_batch:
-                return copy_cost(hw, dt, spec.b.shape, (bi, *lo), (1, *ext))
-            return copy_cost(hw, dt, spec.b.shape, lo, ext)
+            return box(spec.b.shape, bi, lo, ext)
 
         def out_box(bi, mt, nt, dtype=None):
-            dtype = spec.out.dtype if dtype is None else dtype
-            if len(spec.out.shape) > 2:
-                return copy_cost(hw, dtype, spec.out.shape, (bi, mt[0], nt[0]), (1, mt[1], nt[1]))
-            return copy_cost(hw, dtype, spec.out.shape, (mt[0], nt[0]), (mt[1], nt[1]))
+            lead = len(batch_shape)
+            idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape)) if lead else ()
+            return copy_cost(hw, spec.out.dtype if dtype is None else dtype, spec.out.shape, (*idx, mt[0], nt[0]),
+                             (*(1,) * lead, mt[1], nt[1]))
 
         streamed_k = len(k_tiles) > 1
         for bi in range(spec.batch):

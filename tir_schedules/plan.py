@@ -2,6 +2,8 @@
 
 ``plan_partition(graph, target) -> PartitionPlan`` decides, in this order:
 
+0. a global average pool with no tile in SRAM becomes two pools (row bands, then the
+   bands: :func:`split_global_pool`);
 1. **fusion** (``-fusion>=1``): an elementwise operator folds into its producer's
    epilogue when the producer's result has no other use, the shapes match, a
    per-channel operand lines up with the producer's channel axis and the fused tile
@@ -24,7 +26,17 @@ from dataclasses import dataclass, replace
 
 from tvm_npu.config import HardwareConfig, NpuTarget
 from tvm_npu.epilogue import RULES
-from tvm_npu.ops import Broadcast, ElementwiseSpec, Epilogue, MatmulSpec, OpSpec, TensorRef, spec_key
+from tvm_npu.ops import (
+    Broadcast,
+    ElementwiseSpec,
+    Epilogue,
+    MatmulSpec,
+    OpSpec,
+    PoolKind,
+    PoolSpec,
+    TensorRef,
+    spec_key,
+)
 from tvm_npu.plan import OpPlan, PartitionGraph, PartitionPlan, SramRegion
 from tvm_npu.tiles import TileParams
 
@@ -46,7 +58,10 @@ class _Op:
 def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | None = None) -> PartitionPlan:
     """Fuse, place on-chip intermediates and choose tiles for one partition (module docstring)."""
     hw, opts = target.hw, target.options
-    ops = [_Op(g.spec, g.fused) for g in graph.ops]
+    ops = []
+    for g in graph.ops:
+        bands = split_global_pool(g.spec, target) if isinstance(g.spec, PoolSpec) else None
+        ops.extend([_Op(g.spec, g.fused)] if bands is None else [_Op(b, g.fused) for b in bands])
     if opts.fusion >= 1:
         ops = fuse(ops, graph.outputs, target)
     resident = _allocate(ops, graph.outputs, hw) if opts.fusion >= 2 else []
@@ -56,7 +71,8 @@ def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | 
             break
         except _Tight as e:  # the regions live at this operator leave no tile: give them up
             resident = [r for r in resident if not r.live_at(e.op)]
-    return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), tuple(resident))
+    return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), tuple(resident),
+                         graph.buffers)
 
 
 class _Tight(Exception):
@@ -80,12 +96,37 @@ def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget,
     return OpPlan(op.spec, tile, op.fused, limit, est.cycles, est.sram_bytes)
 
 
+# ------------------------------------------------------------- big global pools
+def split_global_pool(spec: PoolSpec, target: NpuTarget) -> tuple[PoolSpec, PoolSpec] | None:
+    """A global average pool with no tile in SRAM (a whole map per channel tile) as two pools that
+    do fit, or None: averages of ``k`` bands of rows, then the average of the bands (equal bands,
+    so the mean is the same up to rounding). Squeeze-and-excitation pools of early, large maps."""
+    hw, opts = target.hw, target.options
+    data, out = spec.data, spec.out
+    if spec.kind != PoolKind.AVG or "H" not in out.layout or planner.fits(spec, hw, opts):
+        return None
+    h, w = data.dim("H"), data.dim("W")
+    if spec.kernel != (h, w) or any(spec.padding) or out.dim("H") != 1 or out.dim("W") != 1:
+        return None
+    for k in (k for k in range(2, h + 1) if h % k == 0):
+        mid = tuple(k if a == "H" else out.dim(a) for a in out.layout)
+        bands = replace(spec, name=f"{spec.name}_bands", out=TensorRef(f"{out.name}_bands", mid, out.dtype, out.layout),
+                        kernel=(h // k, w), strides=(h // k, w), epilogue=())
+        total = replace(spec, data=bands.out, kernel=(k, 1), strides=(1, 1))
+        if planner.fits(bands, hw, opts) and planner.fits(total, hw, opts):
+            return bands, total
+    return None
+
+
 # ---------------------------------------------------------------------- fusion
 def _consumers(ops: Sequence[_Op]) -> dict[str, int]:
+    """Readers per tensor; a read through a view counts for the viewed tensor too (it must stay in DRAM)."""
     count: dict[str, int] = {}
     for op in ops:
         for t in op.spec.inputs:
             count[t.name] = count.get(t.name, 0) + 1
+            if t.view is not None:
+                count[t.view.base] = count.get(t.view.base, 0) + 1
     return count
 
 
@@ -103,20 +144,23 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
             steps = list(spec.epilogue)
             src = spec.data
             first = steps[0] if steps else None
-            if (src.name not in producer and first is not None and RULES[first.kind].commutative
+            # a commutative step goes to the other operand's producer when the data's cannot take it (computed
+            # outside, or read again: a residual add's block input is read by the next block too)
+            if ((src.name not in producer or uses.get(src.name, 0) != 1 or src.name in outputs)
+                    and first is not None and RULES[first.kind].commutative
                     and first.operand is not None and first.broadcast == Broadcast.FULL
                     and first.operand.name in producer):
                 src, steps[0] = first.operand, replace(first, operand=src)
             i = producer.get(src.name)
-            if i is None or uses.get(src.name, 0) != 1 or src.name in outputs:
-                continue
+            if i is None or uses.get(src.name, 0) != 1 or src.name in outputs or ops[i].spec.out.view is not None:
+                continue  # (a producer writing through a view fills a concat that others read)
             prod = ops[i].spec
             if prod.out.shape != spec.out.shape or prod.out.dtype != src.dtype:
                 continue  # the steps were checked from the consumer's input type: a cast or requantisation may follow
             if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
                 continue  # a per-channel operand would line up with another axis
-            between = {o.spec.out.name for o in ops[i + 1 : j]}
-            if any(s.operand is not None and s.operand.name in between for s in steps):
+            between = {_stored(o.spec.out) for o in ops[i + 1 : j]} | {o.spec.out.name for o in ops[i + 1 : j]}
+            if any(s.operand is not None and {s.operand.name, _stored(s.operand)} & between for s in steps):
                 continue  # an operand computed between producer and consumer: would be read too early
             fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
                             epilogue=prod.epilogue + tuple(_relayout(s, prod.out) for s in steps))
@@ -127,6 +171,11 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
             changed = True
             break
     return ops
+
+
+def _stored(t: TensorRef) -> str:
+    """The DRAM tensor ``t``'s elements live in (its view's base, or itself)."""
+    return t.name if t.view is None else t.view.base
 
 
 def channel_axis(spec: OpSpec) -> int:
@@ -153,7 +202,7 @@ def _allocate(ops: Sequence[_Op], outputs: Sequence[str], hw: HardwareConfig) ->
         out = ops[k].spec.out
         nbytes = hw.align(out.nbytes)
         readers = {t.name for t in ops[k + 1].spec.inputs}
-        if out.name in outputs or uses.get(out.name, 0) != 1 or out.name not in readers:
+        if out.name in outputs or uses.get(out.name, 0) != 1 or out.name not in readers or out.view is not None:
             continue
         if nbytes > hw.max_sram_bytes // RESIDENT_SHARE:
             continue

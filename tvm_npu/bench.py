@@ -14,10 +14,9 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +30,16 @@ from tvm import relax
 from tvm_npu.analysis import ModelReport, report
 from tvm_npu.config import DType, parse_target
 from tvm_npu.driver import BuildInfo, build_reference, build_with_info
-from tvm_npu.models import LIGHT_MODELS, backend_inputs, light_model_path, tiny_convnet
+from tvm_npu.models import backend_inputs
 from tvm_npu.runtime import Profile, profile
 from tvm_npu.simulator import RunResult
+from tvm_npu.zoo import BUNDLED  # models known by name (re-exported for the CLI and benchmarks)
 
 #: A model in memory: what ``build_with_info`` and ``build_reference`` accept, minus paths.
 LoadedModel = onnx.ModelProto | tvm.IRModule
 
 
 # ------------------------------------------------------------------------------ models
-def _light(name: str) -> onnx.ModelProto:
-    return onnx.load(str(light_model_path(name)))
-
-
-#: Models known by name (``tvm-npu bench light_resnet50``): the README's model and onnx's light models.
-BUNDLED: dict[str, Callable[[], onnx.ModelProto]] = {
-    "tiny_convnet": tiny_convnet,
-    **{f"light_{name}": partial(_light, name) for name in LIGHT_MODELS},
-}
-
-
 def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
     """``(display name, model)`` for a path to a ``.onnx`` file or a name in :data:`BUNDLED`.
 
@@ -266,6 +255,7 @@ class Comparison:
     report: ModelReport
     outputs: list[np.ndarray]  # NPU build
     expected: list[np.ndarray]  # llvm build
+    info: BuildInfo  # the NPU build's (host operators by name, partitions, stage times)
 
 
 def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
@@ -308,7 +298,7 @@ def compare(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndar
         efficiency=rep.efficiency, geomean_efficiency=rep.geomean_efficiency(), dram_bytes=rep.dram_bytes,
         stage_seconds=dict(info.stage_seconds),
     )
-    return Comparison(result, rep, outputs, expected)
+    return Comparison(result, rep, outputs, expected, info)
 
 
 def model_report(prof: Profile, info: BuildInfo) -> ModelReport:

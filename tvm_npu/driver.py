@@ -60,26 +60,34 @@ class Stage:
 
 
 def load_model(model: Model) -> tvm.IRModule:
-    """A Relax module from a Relax module, an ``onnx.ModelProto`` or a path to a ``.onnx`` file."""
+    """A Relax module from a Relax module, an ``onnx.ModelProto``, a path to a ``.onnx`` file
+    or the name of a bundled model (``"mobilenet_v2"``; an existing file of that name wins)."""
     if isinstance(model, tvm.IRModule):
         return model
     if isinstance(model, str | os.PathLike):
+        from tvm_npu.zoo import BUNDLED
+
         path = Path(model)
-        if not path.is_file():
-            raise FileNotFoundError(f"model file {str(path)!r} does not exist")
-        try:
-            model = onnx.load(str(path))
-        except Exception as e:  # onnx raises DecodeError and friends for non-model files
-            raise ValueError(f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e})") from None
+        if not path.is_file() and isinstance(model, str) and model in BUNDLED:
+            model = BUNDLED[model]()
+        elif not path.is_file():
+            raise FileNotFoundError(f"model file {str(path)!r} does not exist "
+                                    f"(bundled models: {', '.join(BUNDLED)})")
+        else:
+            try:
+                model = onnx.load(str(path))
+            except Exception as e:  # onnx raises DecodeError and friends for non-model files
+                raise ValueError(f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e})") from None
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be a tvm.IRModule, an onnx.ModelProto or a path, not {type(model).__name__}")
     if not model.graph.node:
         raise ValueError("the ONNX model has an empty graph")
     from tvm.relax.frontend.onnx import from_onnx
 
+    from tvm_npu.onnx_import import prepare  # exporter-style shape arithmetic, Clip inputs, explicit pads
     from tvm_npu.qoperator import to_qdq  # QOperator nodes (QLinearConv, ...) become QDQ, which TVM imports
 
-    return from_onnx(to_qdq(model), keep_params_in_input=False)
+    return from_onnx(prepare(to_qdq(model)), keep_params_in_input=False)
 
 
 def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRModule]:

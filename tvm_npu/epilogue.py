@@ -51,6 +51,19 @@ def _gelu(x: PrimExpr, _y: PrimExpr | None, _s: Epilogue) -> PrimExpr:
     return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.erf(x * tirx.const(0.7071067811865476, dt)))
 
 
+def _hard_sigmoid(x: PrimExpr, s: Epilogue) -> PrimExpr:
+    alpha, beta = s.floats
+    dt = x.dtype
+    return tirx.min(tirx.max(x * tirx.const(alpha, dt) + tirx.const(beta, dt), tirx.const(0.0, dt)),
+                    tirx.const(1.0, dt))
+
+
+def _gelu_tanh(x: PrimExpr, _y: PrimExpr | None, _s: Epilogue) -> PrimExpr:
+    dt = x.dtype
+    inner = tirx.const(0.7978845608028654, dt) * (x + tirx.const(0.044715, dt) * x * x * x)
+    return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.tanh(inner))
+
+
 def _clip(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     return tirx.min(tirx.max(x, tirx.const(s.lo, x.dtype)), tirx.const(s.hi, x.dtype))
 
@@ -93,6 +106,13 @@ _RULES = (
             float_only=True),
     EpiRule(EpiKind.TANH, "relax.tanh", lambda x, _y, _s: tirx.tanh(x), isa.Opcode.VTANH, float_only=True),
     EpiRule(EpiKind.GELU, "relax.nn.gelu", _gelu, isa.Opcode.VGELU, float_only=True),
+    EpiRule(EpiKind.GELU_TANH, "relax.nn.gelu_tanh", _gelu_tanh, isa.Opcode.VGELU_TANH, float_only=True),
+    EpiRule(EpiKind.SILU, "relax.nn.silu", lambda x, _y, _s: x * tirx.sigmoid(x), isa.Opcode.VSILU,
+            float_only=True),
+    # matched as clip(x * alpha + beta, 0, 1) and x * that (relay_patterns.patterns / extract; the
+    # canonicalisation brings the importer's forms of HardSigmoid and HardSwish to these)
+    EpiRule(EpiKind.HSIGMOID, None, lambda x, _y, s: _hard_sigmoid(x, s), isa.Opcode.VHSIGMOID, float_only=True),
+    EpiRule(EpiKind.HSWISH, None, lambda x, _y, s: x * _hard_sigmoid(x, s), isa.Opcode.VHSWISH, float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
     # matched as relax.astype between float types (relay_patterns.extract)

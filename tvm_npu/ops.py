@@ -29,6 +29,10 @@ class EpiKind(enum.Enum):
     SIGMOID = "sigmoid"
     TANH = "tanh"
     GELU = "gelu"
+    GELU_TANH = "gelu_tanh"  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    SILU = "silu"  # swish: x * sigmoid(x)
+    HSIGMOID = "hardsigmoid"  # min(max(x * alpha + beta, 0), 1): floats = (alpha, beta)
+    HSWISH = "hardswish"  # x * hardsigmoid(x): floats = (alpha, beta)
     REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
     CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
     QADD = "qadd"  # + an 8-bit tensor with its own scale, requantised: floats (scale_a, scale_b, offset), ints (lo, hi)
@@ -50,13 +54,42 @@ class Broadcast(enum.Enum):
 
 
 @dataclass(frozen=True)
+class View:
+    """Where the elements of a tensor that is not stored on its own live in another DRAM tensor.
+
+    Reshapes, channel shuffles and concat slices move no data: the operators read (or
+    write) ``base`` through strides. Element ``idx`` of the viewed tensor is at
+    ``offset + sum over dims d of sum over factors (n, s) of digit * s`` of ``base``, where
+    each logical dim's index is split row-major into digits over its factors ``(extent,
+    stride)`` (one factor for a plain strided dim; several after a shuffle's
+    reshape -> transpose -> reshape).
+    """
+
+    base: str
+    offset: int
+    dims: tuple[tuple[tuple[int, int], ...], ...]
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the view's elements are consecutive in row-major order (from ``offset``)."""
+        stride = 1
+        for extent, s in reversed([f for d in self.dims for f in d]):
+            if extent != 1 and s != stride:
+                return False
+            stride *= extent
+        return True
+
+
+@dataclass(frozen=True)
 class TensorRef:
-    """A DRAM tensor by name, with its static shape, element type and layout string."""
+    """A DRAM tensor by name, with its static shape, element type and layout string; ``view``
+    says where its elements live when it is not a DRAM tensor of its own."""
 
     name: str
     shape: tuple[int, ...]
     dtype: DType
     layout: str = ""
+    view: View | None = None
 
     @property
     def size(self) -> int:
@@ -218,7 +251,41 @@ class ElementwiseSpec(_OpBase):
     macs = 0
 
 
-OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec
+class RowKind(enum.Enum):
+    """The row-wise normalisations (over the last axis)."""
+
+    SOFTMAX = "softmax"
+    LAYER_NORM = "layer_norm"
+
+
+@dataclass(frozen=True)
+class RowwiseSpec(_OpBase):
+    """A normalisation along the last axis, one row at a time: numerically stable softmax
+    (``exp(x - max) / sum``) or layer norm (``(x - mean) / sqrt(var + eps) * gamma + beta``,
+    ``gamma``/``beta`` vectors of the row length, either may be absent)."""
+
+    data: TensorRef
+    kind: RowKind
+    gamma: TensorRef | None = None
+    beta: TensorRef | None = None
+    eps: float = 0.0
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.data, *(t for t in (self.gamma, self.beta) if t is not None))
+
+    @property
+    def cols(self) -> int:
+        """The row length (the normalised axis)."""
+        return self.data.shape[-1]
+
+    @property
+    def rows(self) -> int:
+        return self.data.size // self.cols
+
+    macs = 0
+
+
+OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec | RowwiseSpec
 
 
 #: Fields added after tuning records existed: left out of the key at their default value,
@@ -234,7 +301,10 @@ def spec_key(spec: OpSpec) -> str:
     """
 
     def ref(t: TensorRef | None) -> str:
-        return "-" if t is None else f"{t.dtype.name}{list(t.shape)}{t.layout}"
+        if t is None:
+            return "-"
+        strided = "" if t.view is None or t.view.contiguous else f"@{[list(d) for d in t.view.dims]}"
+        return f"{t.dtype.name}{list(t.shape)}{t.layout}{strided}"
 
     parts = [type(spec).__name__]
     for f in fields(spec):

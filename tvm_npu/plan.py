@@ -50,6 +50,9 @@ class PartitionGraph:
     outputs: tuple[str, ...]
     ops: tuple[GraphOp, ...]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    #: DRAM tensors no operator computes as a whole: the outputs of concats (their inputs are
+    #: views into them) and outputs that operators write through a view.
+    buffers: tuple[TensorRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class PartitionPlan:
     outputs: tuple[str, ...]
     ops: tuple[OpPlan, ...]
     resident: tuple[SramRegion, ...] = ()
+    buffers: tuple[TensorRef, ...] = ()  # as in PartitionGraph
 
     def region(self, tensor: str) -> SramRegion | None:
         return next((r for r in self.resident if r.tensor == tensor), None)
@@ -127,6 +131,11 @@ class PartitionPlan:
                          f"~{op.predicted_cycles:,.0f} cycles  fused {'+'.join(op.fused)}")
         for r in self.resident:
             lines.append(f"  sram [{r.addr}, {r.addr + r.nbytes}) {r.tensor}: ops {r.producer}..{r.last_use}")
+        for b in self.buffers:
+            lines.append(f"  dram {b.name}{list(b.shape)}: written through views")
+        for t in {t.name: t for op in self.ops for t in (*op.spec.inputs, op.spec.out) if t.view}.values():
+            v = t.view
+            lines.append(f"  view {t.name}{list(t.shape)} = {v.base}[{v.offset} + {[list(d) for d in v.dims]}]")
         return "\n".join(lines) + "\n"
 
 

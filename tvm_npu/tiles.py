@@ -18,6 +18,19 @@ class Order(enum.Enum):
     B_STATIONARY = "b"  # matmul: B kept, A streams (m inner); conv: weights kept, input tiles stream
 
 
+class ConvEngine(enum.Enum):
+    """Which engine computes a convolution's windows.
+
+    The tensor engine runs every convolution as an implicit GEMM; a depthwise one uses one
+    column of its array per channel group, so the vector engine's window multiply-accumulate
+    (``VDWCONV``, all lanes busy) can be faster. Tiles default to the tensor engine, so a
+    record written before the choice existed keeps its meaning.
+    """
+
+    TENSOR = "tensor"
+    VECTOR = "vector"
+
+
 @dataclass(frozen=True)
 class MatmulTile:
     tm: int
@@ -31,7 +44,8 @@ class MatmulTile:
 class ConvTile:
     """Output channels, output rows, output columns and input channels per tile.
 
-    For grouped convolutions ``tg`` groups form one tile (then ``toc``/``tic`` are per group).
+    For grouped convolutions ``tg`` groups form one tile (then ``toc``/``tic`` are per group);
+    ``engine`` says which engine computes the tile (the vector engine only for depthwise).
     """
 
     toc: int
@@ -41,6 +55,7 @@ class ConvTile:
     order: Order = Order.B_STATIONARY
     stages: int = 2
     tg: int = 1
+    engine: ConvEngine = ConvEngine.TENSOR
 
 
 @dataclass(frozen=True)
@@ -59,7 +74,15 @@ class EltwiseTile:
     stages: int = 2
 
 
-TileParams = MatmulTile | ConvTile | PoolTile | EltwiseTile
+@dataclass(frozen=True)
+class RowTile:
+    """Whole rows per tile (a row-wise operator needs every element of a row on chip)."""
+
+    rows: int
+    stages: int = 2
+
+
+TileParams = MatmulTile | ConvTile | PoolTile | EltwiseTile | RowTile
 
 
 def tile_to_json(tile: TileParams) -> dict:
@@ -76,8 +99,13 @@ def tile_from_json(d: dict) -> TileParams:
     cls = kinds.get(d.pop("kind", None))
     if cls is None:
         raise ValueError(f"unknown tile kind in record; accepted: {sorted(kinds)}")
-    if "order" in d:
-        d["order"] = Order(d["order"])
+    try:
+        if "order" in d:
+            d["order"] = Order(d["order"])
+        if "engine" in d:
+            d["engine"] = ConvEngine(d["engine"])
+    except ValueError as e:
+        raise ValueError(f"malformed {cls.__name__} record: {e}") from None
     if "tiles" in d:
         d["tiles"] = tuple(int(x) for x in d["tiles"])
     try:

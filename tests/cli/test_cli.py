@@ -137,9 +137,9 @@ def test_run_matches_llvm(library: Path, inputs: dict[str, np.ndarray], expected
     with np.load(out) as result:
         np.testing.assert_allclose(result["output_0"], expected, rtol=1e-4, atol=1e-5)
     assert "output_0: float32 (1, 10)" in stdout
-    assert "2 NPU partition runs" in stdout
+    assert "1 NPU partition runs" in stdout  # the flatten before the dense layer is a view, not a host call
     stats_rows = [line for line in stdout.splitlines() if re.match(r"\S+\s+[\d,]+\s+[\d,]+\s+\d\.\d{3}\s", line)]
-    assert len(stats_rows) == 2, stdout  # one --stats row per partition run
+    assert len(stats_rows) == 1, stdout  # one --stats row per partition run
 
 
 def test_run_with_wrong_inputs_fails_cleanly(library: Path, tmp_path: Path) -> None:
@@ -167,8 +167,8 @@ def test_profile_writes_report_trace_and_plot(model: Path, tmp_path: Path) -> No
 
     events = json.loads(trace.read_text())["traceEvents"]
     processes = [e for e in events if e["name"] == "process_name"]
-    assert len(processes) == 2  # tiny_convnet has two NPU partitions, run once each
-    assert {e["pid"] for e in events} == {0, 1}
+    assert len(processes) == 1  # tiny_convnet is one NPU partition (its flatten is a view), run once
+    assert {e["pid"] for e in events} == {0}
     spans = [e for e in events if e.get("ph") == "X"]
     assert spans and all(e["dur"] > 0 for e in spans)
     end_us = max(e["ts"] + e.get("dur", 0) for e in events if "ts" in e)

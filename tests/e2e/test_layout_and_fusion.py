@@ -71,8 +71,9 @@ def test_every_layout_fusion_pipeline_combination(pref: str, fusion: int, stages
 
 
 def test_auto_layout_weighs_transforms_it_cannot_fold() -> None:
-    """Around a channel shuffle (reshape/transpose on the host) the conv vote alone prefers NHWC,
-    but converting would leave transposes on the host that cost more than the vote saves."""
+    """Around a channel shuffle the conv vote alone prefers NHWC; the shuffle's reshape / transpose and
+    the layout transforms next to them are views on the NPU (DMA strides), so whichever layout is
+    chosen, nothing is left on the host."""
     mod = rm.channel_shuffle()
     vote = preferred_layout(mod, parse_target("npu"))
     assert vote is not None and vote[0] == "NHWC"  # the scenario: the convs alone would convert
@@ -82,5 +83,5 @@ def test_auto_layout_weighs_transforms_it_cannot_fold() -> None:
     for pref in ("auto", "NHWC"):
         ex, info = tvm_npu.build_with_info(mod, f"npu -layout-pref={pref}")
         np.testing.assert_allclose(rm.run(ex, args), expected, rtol=1e-4, atol=1e-5)
-        left[pref] = info.layout_transforms
-    assert left == {"auto": 0, "NHWC": 2}
+        left[pref] = (info.layout_transforms, sum(info.host_ops.values()))
+    assert left == {"auto": (0, 0), "NHWC": (0, 0)}

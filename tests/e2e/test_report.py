@@ -11,16 +11,17 @@ import tvm_npu
 from tvm_npu.analysis import report
 
 
-def _depthwise(bias: bool) -> tvm.IRModule:
-    """A 3x3 depthwise conv of 64 channels: one input channel per group keeps the tensor
-    engine's array mostly idle, so the tensor engine binds (its bias add is negligible)."""
+def _grouped(bias: bool) -> tvm.IRModule:
+    """A 3x3 conv of 64 channels in 32 groups of 2: two channels per group keep the tensor
+    engine's array mostly idle, so the tensor engine binds (its bias add is negligible). (A
+    depthwise conv would run on the vector engine.)"""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((1, 64, 20, 20), "float32"))
     rng = np.random.default_rng(0)
     with bb.function("main", [x]):
         with bb.dataflow():
-            w = relax.const(rng.standard_normal((64, 1, 3, 3)).astype("float32"))
-            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1, groups=64))
+            w = relax.const(rng.standard_normal((64, 2, 3, 3)).astype("float32"))
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=1, groups=32))
             if bias:
                 y = bb.emit(relax.op.add(y, relax.const(rng.standard_normal((1, 64, 1, 1)).astype("float32"))))
             gv = bb.emit_output(y)
@@ -38,9 +39,9 @@ def test_an_engine_waiting_on_a_semaphore_is_not_busy() -> None:
     """With a bias epilogue the vector engine spends the layer waiting for the tensor engine;
     the report must still name the tensor engine as the binding resource."""
     for bias in (False, True):
-        (layer,) = report(_profiled(_depthwise(bias))).layers
+        (layer,) = report(_profiled(_grouped(bias))).layers
         assert layer.op == "conv2d" and layer.bound_by == "tensor", (bias, layer.bound_by)
-        assert 0 < layer.efficiency < 0.5  # depthwise is far from the roofline on a 16x16 array
+        assert 0 < layer.efficiency < 0.5  # 2 channels per group are far from the roofline on a 16x16 array
 
 
 def test_layer_cycles_add_up_to_the_run() -> None:

@@ -202,6 +202,17 @@ def _f64_ref(op: isa.Opcode, v: float) -> float:
         return 1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0
     if op == Op.VTANH:
         return math.tanh(v)
+    if op == Op.VEXP:
+        return math.exp(v)
+    if op == Op.VSILU:
+        return v * (1.0 / (1.0 + math.exp(-v))) if v > -700 else -0.0
+    if op == Op.VRECIP:
+        return 1.0 / v
+    if op == Op.VRSQRT:
+        return 1.0 / math.sqrt(v) if v >= 0 else math.nan
+    if op == Op.VGELU_TANH:  # numpy's vectorised tanh, as the simulator (math.tanh differs in the last bit)
+        inner = math.sqrt(2.0 / math.pi) * (v + 0.044715 * (v * v * v))
+        return 0.5 * v * (1.0 + float(np.tanh(np.array([inner]))[0]))
     return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
 
 

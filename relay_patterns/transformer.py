@@ -1,0 +1,285 @@
+"""Transformer operators as exporters spell them, brought to the one Relax op each that the
+pattern table matches (``relax.nn.layer_norm``, ``relax.nn.gelu``, ``relax.nn.gelu_tanh``).
+
+ONNX exporters before opset 17 have no ``LayerNormalization``, and no exporter has a GELU
+operator, so a model arrives with them decomposed:
+
+* layer norm: ``d = x - mean(x)``, ``(d / sqrt(mean(d^2) + eps)) [* gamma] [+ beta]``
+  (means over the last axis, ``d^2`` as ``pow(d, 2)`` or ``d * d``);
+* GELU, erf form: ``x * (erf(x / sqrt(2)) + 1) * 0.5`` (or ``x * 0.5 * (...)``,
+  ``x * (1/sqrt(2))``);
+* GELU, tanh form: ``x * (tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) + 1) * 0.5``
+  (``x^3`` as ``pow(x, 3)`` or ``x * x * x``).
+
+Each is rewritten only when every constant has the value the formula needs; anything else
+is left as it is (and runs as the elementwise operators it is). Attention idioms are
+brought to the form the matmul folds: K^T of split heads (a transpose that moves the
+innermost axis), the division of the scores by a constant, and a fused q/k/v projection
+split by ``take`` (one projection each, so every head split is a view); a constant added on a
+reshaped view of the scores (Swin's window mask) is added on the scores themselves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
+
+_GELU_TANH_K = math.sqrt(2.0 / math.pi)
+
+
+def _scalar(expr: relax.Expr) -> float | None:
+    """The value of a one-element float constant (None for anything else)."""
+    if not isinstance(expr, tvm.ir.expr.GenericConst) or not str(expr.ty.dtype).startswith("float"):
+        return None
+    arr = np.asarray(expr.value.numpy())
+    return float(arr.reshape(())) if arr.size == 1 else None
+
+
+def _near(value: float | None, want: float, rtol: float = 1e-6) -> bool:
+    """``value`` equals ``want`` up to float32 rounding of the exporter's constant."""
+    return value is not None and abs(value - want) <= rtol * abs(want) + 1e-12
+
+
+def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _last_axis_mean(call: relax.Call) -> bool:
+    """``mean(t, axis=[-1], keepdims=True)`` over the last axis only."""
+    shape = _shape(call.args[0])
+    axes = call.attrs.axis
+    if shape is None or axes is None or not call.attrs.keepdims:
+        return False
+    return [int(a) % len(shape) for a in axes] == [len(shape) - 1]
+
+
+def _row_vector(expr: relax.Expr, cols: int) -> np.ndarray | None:
+    """A constant that broadcasts along the last axis only, as a ``(cols,)`` array."""
+    if not isinstance(expr, tvm.ir.expr.GenericConst):
+        return None
+    arr = np.asarray(expr.value.numpy())
+    if arr.size == cols and (arr.ndim == 0 or arr.shape[-1] == cols):
+        return arr.reshape(cols)
+    if arr.size == 1:
+        return np.full(cols, arr.reshape(()), arr.dtype)
+    return None
+
+
+def _layer_norm(func: relax.Function) -> relax.Function:
+    x = wildcard()
+    mean = is_op("relax.mean")(x)
+    d = is_op("relax.subtract")(x, mean)
+    sq = is_op("relax.power")(d, is_const()) | is_op("relax.multiply")(d, d)
+    var = is_op("relax.mean")(sq)
+    eps = is_const()
+    shifted = is_op("relax.add")(var, eps)
+    normed = (is_op("relax.divide")(d, is_op("relax.sqrt")(shifted))
+              | is_op("relax.multiply")(d, is_op("relax.rsqrt")(shifted)))
+    gamma, beta = is_const(), is_const()
+    scaled = is_op("relax.multiply")(normed, gamma)
+    root: DFPattern = is_op("relax.add")(scaled, beta) | scaled | normed
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        shape = _shape(m[x])
+        if shape is None or _shape(orig) != shape or str(m[x].ty.dtype) != "float32":
+            return orig
+        if not (_last_axis_mean(m[mean]) and _last_axis_mean(m[var])):
+            return orig
+        square = m[sq]
+        if square.op.name == "relax.power" and _scalar(square.args[1]) != 2.0:
+            return orig
+        e = _scalar(m[eps])
+        if e is None or e < 0:
+            return orig
+        cols = shape[-1]
+        g = _row_vector(m[gamma], cols) if gamma in m else np.ones(cols, np.float32)
+        b = _row_vector(m[beta], cols) if beta in m else np.zeros(cols, np.float32)
+        if g is None or b is None:
+            return orig
+        return relax.op.nn.layer_norm(m[x], relax.const(g.astype(np.float32)), relax.const(b.astype(np.float32)),
+                                      axes=[-1], epsilon=e)
+
+    return rewrite_call(root, rewrite, func)
+
+
+def _half_of(inner: DFPattern, x: DFPattern, half: DFPattern) -> DFPattern:
+    """``x * inner * 0.5`` in the orders exporters write it."""
+    return (is_op("relax.multiply")(is_op("relax.multiply")(x, inner), half)
+            | is_op("relax.multiply")(is_op("relax.multiply")(x, half), inner)
+            | is_op("relax.multiply")(x, is_op("relax.multiply")(inner, half)))
+
+
+def _gelu_erf(func: relax.Function) -> relax.Function:
+    x, c, one, half = wildcard(), is_const(), is_const(), is_const()
+    scaled = is_op("relax.divide")(x, c) | is_op("relax.multiply")(x, c)
+    inner = is_op("relax.add")(is_op("relax.erf")(scaled), one)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        want = math.sqrt(2.0) if m[scaled].op.name == "relax.divide" else 1.0 / math.sqrt(2.0)
+        if not (_near(_scalar(m[c]), want) and _scalar(m[one]) == 1.0 and _scalar(m[half]) == 0.5):
+            return orig
+        if _shape(orig) != _shape(m[x]):
+            return orig
+        return relax.op.nn.gelu(m[x])
+
+    return rewrite_call(_half_of(inner, x, half), rewrite, func)
+
+
+def _gelu_tanh(func: relax.Function) -> relax.Function:
+    x, three, c, k, one, half = wildcard(), is_const(), is_const(), is_const(), is_const(), is_const()
+    cube = is_op("relax.power")(x, three) | is_op("relax.multiply")(is_op("relax.multiply")(x, x), x)
+    poly = is_op("relax.add")(x, is_op("relax.multiply")(cube, c))
+    inner = is_op("relax.add")(is_op("relax.tanh")(is_op("relax.multiply")(poly, k)), one)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        if m[cube].op.name == "relax.power" and _scalar(m[three]) != 3.0:
+            return orig
+        ok = (_near(_scalar(m[c]), 0.044715) and _near(_scalar(m[k]), _GELU_TANH_K) and _scalar(m[one]) == 1.0
+              and _scalar(m[half]) == 0.5 and _shape(orig) == _shape(m[x]))
+        return relax.op.nn.gelu_tanh(m[x]) if ok else orig
+
+    return rewrite_call(_half_of(inner, x, half), rewrite, func)
+
+
+def _key_transpose(func: relax.Function) -> relax.Function:
+    """``matmul(q, permute_dims(k, P))`` where P moves k's innermost axis to the reduction axis
+    (K^T of attention: ``(b, s, h, d) -> (b, h, d, s)``) -> ``matmul(q, permute_dims(permute_dims(k, Q),
+    swap))``: Q keeps the innermost axis (a strided view, no data moved) and the swap of the last two
+    axes folds into the matmul (its B tile is read transposed)."""
+    a, x = wildcard(), wildcard()
+    perm = is_op("relax.permute_dims")(x)
+    root = is_op("relax.matmul")(a, perm)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        shape = _shape(m[x])
+        axes = m[perm].attrs.axes
+        if shape is None or axes is None or len(shape) < 3:
+            return orig
+        rank = len(shape)
+        p = [int(v) % rank for v in axes]
+        if p[-2] != rank - 1 or p[-1] == rank - 1:
+            return orig
+        q = [*p[:-2], p[-1], p[-2]]
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        heads = m[x] if q == list(range(rank)) else relax.op.permute_dims(m[x], q)
+        return relax.op.matmul(m[a], relax.op.permute_dims(heads, swap), out_dtype=orig.attrs.out_dtype)
+
+    return rewrite_call(root, rewrite, func)
+
+
+def _explicit_axes(func: relax.Function) -> relax.Function:
+    """``permute_dims(x)`` (no axes: reverse them all) -> the same with its axes spelled out, so the pattern
+    table sees a 2-D transpose as the swap of the last two axes."""
+    x = wildcard()
+    root = is_op("relax.permute_dims")(x)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        shape = _shape(m[x])
+        if orig.attrs.axes is not None or shape is None:
+            return orig
+        return relax.op.permute_dims(m[x], list(range(len(shape)))[::-1])
+
+    return rewrite_call(root, rewrite, func)
+
+
+def _divide_by_constant(func: relax.Function) -> relax.Function:
+    """``matmul(..) / c`` with a scalar float constant -> ``matmul(..) * (1/c)`` (attention's scores
+    ``/ sqrt(d)``): a multiply is an epilogue step of the matmul; the two differ by at most one rounding
+    of ``1/c``, far inside fp32 tolerances. Other divisions are left alone (an 8-bit model's float
+    regions are compared bit for bit)."""
+    x, c = is_op("relax.matmul")(wildcard(), wildcard()), is_const()
+    root = is_op("relax.divide")(x, c)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        value = _scalar(m[c])
+        if value is None or value == 0.0 or not math.isfinite(1.0 / value) or _shape(orig) != _shape(m[x]):
+            return orig
+        dtype = str(m[c].ty.dtype)
+        return relax.op.multiply(m[x], relax.const(np.array(1.0 / value, dtype)))
+
+    return rewrite_call(root, rewrite, func)
+
+
+def _split_fused_projection(func: relax.Function) -> relax.Function:
+    """timm's fused q/k/v projection, ``take(permute_dims(reshape(x @ W + b, (.., 3, heads, d)), P), i)``,
+    -> the i-th projection on its own, ``permute_dims(reshape(x @ W_i + b_i, (.., heads, d)), P')``:
+    the same multiply-accumulates, and the head split that remains is a strided view (the ``take`` of a
+    slice is no NPU operator)."""
+    x, w, b = wildcard(), is_const(), is_const()
+    proj = is_op("relax.matmul")(x, w)
+    biased = is_op("relax.add")(proj, b) | is_op("relax.add")(b, proj)
+    shaped = is_op("relax.reshape")(biased | proj, wildcard())
+    perm = is_op("relax.permute_dims")(shaped)
+    index = is_const()
+    root = is_op("relax.take")(perm, index)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        y, split = m[proj], m[shaped]
+        y_shape, split_shape = _shape(y), _shape(split)
+        weight = np.asarray(m[w].value.numpy())
+        idx = np.asarray(m[index].value.numpy())
+        axes = m[perm].attrs.axes
+        if y_shape is None or split_shape is None or axes is None or idx.size != 1 or weight.ndim != 2:
+            return orig
+        lead = len(y_shape) - 1
+        if split_shape[:lead] != y_shape[:lead] or len(split_shape) != lead + 3:
+            return orig  # only (.., parts, heads, d) splits of the last axis
+        parts, heads, d = split_shape[lead:]
+        p = [int(a) % len(split_shape) for a in axes]
+        axis = int(orig.attrs.axis) % len(p)
+        i = int(idx.reshape(()))
+        if p[axis] != lead or not 0 <= i < parts:
+            return orig  # the take does not pick one of the parts
+        cols = slice(i * heads * d, (i + 1) * heads * d)
+        out = relax.op.matmul(m[x], relax.const(np.ascontiguousarray(weight[:, cols])))
+        if b in m:
+            bias = np.asarray(m[b].value.numpy())
+            if bias.shape[-1:] != (parts * heads * d,) or bias.size != parts * heads * d:
+                return orig
+            out = relax.op.add(out, relax.const(np.ascontiguousarray(bias.reshape(-1)[cols])))
+        out = relax.op.reshape(out, (*y_shape[:lead], heads, d))
+        kept = [a - (a > lead) for a in p if a != lead]  # the remaining axes, renumbered
+        return relax.op.permute_dims(out, kept)
+
+    return rewrite_call(root, rewrite, func)
+
+
+def _reshaped_add(func: relax.Function) -> relax.Function:
+    """``reshape(reshape(x, S) + c, shape(x))`` with a constant ``c`` (Swin's shifted-window mask, added
+    per window on a 5-D view of the scores) -> ``x + c'``, ``c'`` broadcast to S and reshaped back:
+    the same sums, on the scores' own shape, where the add is an epilogue step."""
+    x, c = wildcard(), is_const()
+    inner = is_op("relax.reshape")(x, wildcard())
+    added = is_op("relax.add")(inner, c) | is_op("relax.add")(c, inner)
+    root = is_op("relax.reshape")(added, wildcard())
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        shape, mid = _shape(m[x]), _shape(m[inner])
+        if shape is None or mid is None or _shape(orig) != shape or _shape(m[added]) != mid:
+            return orig
+        arr = np.asarray(m[c].value.numpy())
+        try:
+            full = np.broadcast_to(arr, mid)
+        except ValueError:
+            return orig
+        return relax.op.add(m[x], relax.const(np.ascontiguousarray(full).reshape(shape)))
+
+    return rewrite_call(root, rewrite, func)
+
+
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.TransformerOps")
+def transformer_ops(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+    """Decomposed layer norms and GELUs -> ``layer_norm`` / ``gelu`` / ``gelu_tanh``; attention's K^T
+    and scaling in the forms the matmul folds (module docstring)."""
+    func = _reshaped_add(_split_fused_projection(_gelu_tanh(_gelu_erf(_layer_norm(func)))))
+    return _divide_by_constant(_key_transpose(_explicit_axes(func)))
