@@ -469,6 +469,8 @@ class OperatorEmitter:
                 instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
             elif step.kind in (EpiKind.HSIGMOID, EpiKind.HSWISH):
                 instr = isa.VecHardSigmoid(shape, dst, dst_st, src, src_st, dtype, *step.floats, opcode)
+            elif step.kind == EpiKind.POW:
+                instr = isa.VecPow(shape, dst, dst_st, src, src_st, dtype, step.floats[0])
             elif step.kind == EpiKind.CAST:
                 instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
             elif step.kind == EpiKind.QADD:

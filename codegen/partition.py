@@ -39,8 +39,11 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
         asm.declare(t.name, t.shape, t.dtype, kind)
     for op in plan.ops:
         for t in (*op.spec.inputs, op.spec.out):
-            if t.view is not None:
-                continue  # no storage of its own: the emitter addresses its base
+            if t.view is not None:  # no storage of its own: the emitter addresses its base
+                if t.view.base in constants:  # a constant read through a view (copied into a concat)
+                    data = constants[t.view.base]
+                    asm.declare(t.view.base, data.shape, t.dtype, isa.TensorKind.CONSTANT, data)
+                continue
             if t.name in constants:
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
             elif t.name not in inputs and t.name not in resident:

@@ -24,6 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .lrn import lrn_to_pool
 from .quantized import qdq_to_integer
 from .transformer import transformer_ops
 
@@ -314,6 +315,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         simplify_reduce_of_stack,
         canonical_activations,
         transformer_ops,  # exporters' decomposed layer norms and GELUs -> one op each
+        lrn_to_pool,  # the importer's LRN (avg_pool3d, power, divide) -> pool over a view + epilogue
         relax.transform.FoldConstant(),
         reciprocal_divide,  # after folding: a batch-norm's divisor is then one constant
         relax.transform.CanonicalizeBindings(),

@@ -146,6 +146,15 @@ def _scalar(expr: relax.Expr) -> float:
     raise ValueError(f"clip bound {expr} is not a constant")
 
 
+def _exponent(expr: relax.Expr) -> float:
+    """The exponent of ``power(x, p)``: one finite constant (a tensor exponent runs on the host)."""
+    if isinstance(expr, GenericConst) and const_array(expr).size == 1:
+        p = float(const_array(expr).reshape(()))
+        if math.isfinite(p):
+            return p
+    raise ValueError(f"power with exponent {expr}; accepted: one finite constant scalar")
+
+
 def _padding4(pad: Sequence[int]) -> tuple[int, int, int, int]:
     """Relax padding (1, 2 or 4 values) as (top, left, bottom, right)."""
     p = _ints(pad)
@@ -493,7 +502,8 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             call = inner
         elif kind is not None and not kind.binary:
             lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
-            steps.append(_Step(kind, lo=lo, hi=hi))
+            floats = (_exponent(call.args[1]),) if kind == EpiKind.POW else ()
+            steps.append(_Step(kind, lo=lo, hi=hi, floats=floats))
             inner = region.call(call.args[0])
             if inner is None:
                 return None, call.args[0], steps[::-1]

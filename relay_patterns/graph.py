@@ -7,12 +7,14 @@ operator ``k`` computes, ``k{k}_{j}`` for the constants operator ``k`` names.
 
 Data movement is not an operator here. An ``npu.view`` (reshape, flatten, squeeze,
 expand_dims, a transpose keeping the innermost axis) names a tensor ``v{n}_<var>`` that
-is a :class:`~tvm_npu.ops.View` of its input; an ``npu.concat`` declares its output
-``c{n}_<var>`` as a DRAM buffer and turns each input computed in the partition into a
-view of its slice, so the producer stores straight into the concat. An input that
-cannot be aliased (a partition input, a partition output, a tensor that already is a
-view or in another concat) is copied into its slice by a 1x1 max pool (an exact copy
-through SRAM). Chains of views are composed at the end (``tvm_npu/views.py``) and every
+is a :class:`~tvm_npu.ops.View` of its input (so is a static strided slice or a gather of
+constant evenly spaced indices); an ``npu.concat`` declares its output ``c{n}_<var>`` as a
+DRAM buffer and turns each input computed in the partition (or a reshape / transpose of
+one) into a view of its slice, so the producer stores straight into the concat. An input
+that cannot be aliased (a partition input, a constant, a partition output, a slice or a
+tensor in another concat) is copied into its slice by a 1x1 max pool (an exact copy
+through SRAM); a slice of a concat filled only by copies is copied from that concat's
+members instead (a roll along two axes). Chains of views are composed at the end (``tvm_npu/views.py``) and every
 operand of every spec carries the view of the DRAM tensor it really reads or writes.
 """
 
@@ -32,7 +34,7 @@ from tvm_npu.config import DType
 from tvm_npu.ops import OpSpec, PoolKind, PoolSpec, TensorRef, View
 from tvm_npu.plan import GraphOp, PartitionGraph
 
-from .extract import extract_op, tensor_type
+from .extract import GenericConst, const_array, extract_op, tensor_type
 
 VIEW = "npu.view"  # the prefix of the view patterns (npu.view_reshape, ...)
 CONCAT = "npu.concat"
@@ -60,6 +62,65 @@ def _inner_call(func: relax.Function) -> relax.Call:
     return value
 
 
+def _ints(values: relax.Expr) -> list[int]:
+    """A Relax tuple / shape of static integers (prim values or ``IntImm`` fields) as Python ints;
+    ``TypeError`` for a symbolic one."""
+    out = []
+    for v in getattr(values, "values", values):
+        while not isinstance(v, int):
+            if not hasattr(v, "value"):
+                raise TypeError(f"{v} is not a static integer")
+            v = v.value
+        out.append(v)
+    return out
+
+
+Selection = tuple[list[int], list[int], list[int], list[bool]]
+
+
+def selection(call: relax.Call) -> Selection | None:
+    """A ``strided_slice`` with static bounds and positive steps, or a ``take`` of constant evenly spaced
+    indices along one axis, as (begin, step, extent, keep) per axis of its input (``views.strided``);
+    None for anything else (it stays a host operator)."""
+    shape = tensor_type(call.args[0])[0]
+    begin, step, extent, keep = [0] * len(shape), [1] * len(shape), list(shape), [True] * len(shape)
+    try:
+        if call.op.name == "relax.strided_slice":
+            axes, starts, ends, steps = (_ints(a) for a in call.args[1:5])
+            if len(call.args) > 5 or not len(axes) == len(starts) == len(ends) == len(steps):
+                return None
+            for a, b, e, k in zip(axes, starts, ends, steps, strict=True):
+                a %= len(shape)
+                n = shape[a]
+                if k < 1:
+                    return None
+                b, e = (min(max(x + n if x < 0 else x, 0), n) for x in (b, e))
+                begin[a], step[a], extent[a] = b, k, max(0, -(-(e - b) // k))
+        elif call.op.name == "relax.take":
+            index = call.args[1]
+            if call.attrs.axis is None or not isinstance(index, GenericConst):
+                return None
+            a = int(call.attrs.axis) % len(shape)
+            idx = const_array(index).astype(np.int64)
+            if idx.ndim > 1 or idx.size == 0:
+                return None
+            idx = np.where(idx < 0, idx + shape[a], idx).reshape(-1)
+            steps = np.diff(idx)
+            if len(steps) and (steps[0] < 1 or np.any(steps != steps[0])):
+                return None
+            begin[a], step[a], extent[a] = int(idx[0]), int(steps[0]) if len(steps) else 1, len(idx)
+            keep[a] = const_array(index).ndim == 1
+        else:
+            return None
+    except (TypeError, ValueError):
+        return None
+    if any(e < 1 or b < 0 or b + (e - 1) * k >= n for b, k, e, n in zip(begin, step, extent, shape, strict=True)):
+        return None
+    if tuple(e for e, kd in zip(extent, keep, strict=True) if kd) != tensor_type(call)[0]:
+        return None
+    return begin, step, extent, keep
+
+
 class _Graph:
     """The partition being read: operators, tensor types, views relative to their source."""
 
@@ -72,7 +133,10 @@ class _Graph:
         self.rel: dict[str, View] = {}  # name -> view of another logical tensor
         self.produced: set[str] = set()  # written whole by an operator of the partition
         self.buffers: dict[str, TensorRef] = {}
-        self.output_names: set[str] = set()  # filled once every binding is read
+        self.output_names: set[str] = set()  # filled as the bindings are read
+        self.selected: dict[str, tuple[str, Selection]] = {}  # a slice / gather: its source and selection
+        # a concat whose members were all copied in: its axis, (start, member) and the copies' names
+        self.copied: dict[str, tuple[int, list[tuple[int, str]], list[str]]] = {}
 
     # ------------------------------------------------------------------ views
     def resolve(self, name: str, memo: dict[str, View | None] | None = None) -> View | None:
@@ -95,9 +159,34 @@ class _Graph:
             self.resolve(name)
         except views.NotAView:
             src = view.base
+            if self.store_in_order(src):
+                return
             copied = f"{src}_copy"
             self.copy(src, copied, store=True)
             self.rel[name] = replace(view, base=copied)
+
+    def store_in_order(self, src: str) -> bool:
+        """Store ``src``, a reshape / transpose of a whole tensor computed here (Swin's window reverse),
+        on its own, its producer writing in ``src``'s order, when the views of ``src`` then compose (a
+        slice of it that crosses its windows); saves copying ``src``. False: nothing changed."""
+        if src not in self.rel:
+            return False
+        full = self.resolve(src)
+        root = full.base
+        if root not in self.produced or root in self.rel or root in self.output_names:
+            return False
+        inverse = views.invert(full, self.types[root][0], src)
+        if inverse is None:
+            return False
+        saved = dict(self.rel)
+        del self.rel[src]
+        self.rel[root] = inverse
+        if self._composable():
+            shape, dtype = self.types[src]
+            self.buffers[src] = TensorRef(src, shape, dtype)
+            return True
+        self.rel = saved
+        return False
 
     def copy(self, src: str, dst: str, store: bool = False) -> None:
         """Append an operator copying ``src`` to ``dst`` (same shape; ``dst`` may be a view). ``store``:
@@ -173,6 +262,25 @@ class _Graph:
             return False
         return True
 
+    def alias_root(self, name: str, view: View) -> bool:
+        """Make ``name``, a reshape / transpose of a whole tensor computed here (ViT's tokens), a view of
+        a concat slice by turning the chain around: the tensor becomes a view of ``name``, so its producer
+        stores into the slice in the member's order. False (nothing changed) where that is not possible."""
+        full = self.resolve(name)
+        root = full.base
+        if root not in self.produced or root in self.rel or root in self.output_names:
+            return False
+        inverse = views.invert(full, self.types[root][0], name)
+        if inverse is None:
+            return False
+        saved = dict(self.rel)
+        self.rel[name] = view
+        self.rel[root] = inverse
+        if self._composable():
+            return True
+        self.rel = saved
+        return False
+
     # --------------------------------------------------------------- bindings
     def view(self, call: relax.Call, src: str, out: str) -> None:
         shape, _ = self.types[out]
@@ -182,24 +290,83 @@ class _Graph:
             order = [int(a) % len(src_shape) for a in axes] if axes is not None else \
                 list(range(len(src_shape)))[::-1]
             self.add_view(out, views.permute(src, src_shape, order))
+        elif call.op.name in ("relax.strided_slice", "relax.take"):
+            picked = selection(call)
+            if picked is None:
+                raise PartitionError(f"{self.symbol}: {call.op.name} to {out} is not a static strided selection")
+            self.add_view(out, views.strided(src, self.types[src][0], *picked))
+            if self.rel[out].base == src:
+                self.selected[out] = (src, picked)
         else:  # reshape, flatten, squeeze, expand_dims: the row-major order is unchanged
             self.add_view(out, views.reshape(src, shape))
 
-    def concat(self, call: relax.Call, members: list[tuple[relax.Var, str]], out: str) -> None:
+    def concat(self, call: relax.Call, members: list[tuple[relax.Var | None, str]], out: str) -> None:
         shape, dtype = self.types[out]
         self.buffers[out] = TensorRef(out, shape, dtype)
         axis = int(call.attrs.axis) % len(shape)
         start = 0
+        spans: list[tuple[int, str]] = []
+        copies: list[str] | None = []
         for i, (var, name) in enumerate(members):
             part = self.types[name][0]
             view = views.slice_of(out, shape, part, axis, start)
+            spans.append((start, name))
             start += part[axis]
             aliasable = name in self.produced and name not in self.rel and var not in self.output_vars
-            if not (aliasable and self.try_alias(name, view)):
-                dst = f"{out}_in{i}"
-                self.types[dst] = (part, dtype)
-                self.rel[dst] = view
+            if (aliasable and self.try_alias(name, view)) or (
+                    name in self.rel and var is not None and var not in self.output_vars
+                    and self.alias_root(name, view)):
+                copies = None
+                continue
+            dst = f"{out}_in{i}"
+            self.types[dst] = (part, dtype)
+            self.rel[dst] = view
+            first = len(self.ops)
+            if not self.copy_pieces(name, dst):
                 self.copy(name, dst)
+            if copies is not None:
+                copies.extend(g.spec.name for g in self.ops[first:])
+        if copies is not None:
+            self.copied[out] = (axis, spans, copies)
+
+    def copy_pieces(self, name: str, dst: str) -> bool:
+        """Copy ``name``, a slice of a concat whose members were all copied in, into ``dst`` straight
+        from those members, one piece per member it overlaps (a roll along two axes, Swin's cyclic
+        shift: the first concat is then read by nothing and dropped, ``drop_unread_concats``)."""
+        if name not in self.selected:
+            return False
+        src, (begin, step, extent, keep) = self.selected[name]
+        if src not in self.copied or not all(keep):
+            return False
+        axis, spans, _ = self.copied[src]
+        b, k, e = begin[axis], step[axis], extent[axis]
+        part, dtype = self.types[dst]
+        for i, (s, member) in enumerate(spans):
+            shape = self.types[member][0]
+            j0, j1 = max(0, -(-(s - b) // k)), min(e - 1, (s + shape[axis] - 1 - b) // k)
+            if j0 > j1:
+                continue
+            first = [*begin[:axis], b + j0 * k - s, *begin[axis + 1:]]
+            count = [*extent[:axis], j1 - j0 + 1, *extent[axis + 1:]]
+            piece, into = f"{dst}_from{i}", f"{dst}_{i}"
+            self.types[piece] = self.types[into] = (tuple(count), dtype)
+            self.add_view(piece, views.strided(member, shape, first, step, count))
+            self.rel[into] = views.strided(dst, part, [j0 if d == axis else 0 for d in range(len(part))],
+                                           [1] * len(part), count)
+            self.copy(piece, into)
+        return True
+
+    def drop_unread_concats(self, outputs: list[str]) -> None:
+        """Remove a concat filled only by copies that nothing reads any more (``copy_pieces``)."""
+        for buffer, (_, _, copies) in self.copied.items():
+            if buffer in self.rel or buffer not in self.buffers:  # turned around into a result: it is one
+                continue
+            keep = [g for g in self.ops if g.spec.name not in copies]
+            memo: dict[str, View | None] = {}
+            names = set(outputs) | {t.name for g in keep for t in (*g.spec.inputs, g.spec.out)}
+            if all((self.resolve(n, memo) or View(n, 0, ())).base != buffer for n in names):
+                self.ops = keep
+                del self.buffers[buffer]
 
     def finish_output(self, name: str) -> str:
         """The DRAM name of a partition output: a view output is stored on its own (module docstring)."""
@@ -241,6 +408,29 @@ def _declared_views(spec: OpSpec) -> dict[str, View]:
     return {t.name: t.view for t in refs if isinstance(t, TensorRef) and t.view is not None}
 
 
+def _concat_members(func: relax.Function, call: relax.Call, args: list[tuple[relax.Var, str]], prefix: str,
+                    g: _Graph) -> list[tuple[relax.Var | None, str]]:
+    """The members of the concat ``call`` inside composite ``func`` (called with ``args``) as (variable,
+    tensor name); a constant member becomes a constant of the partition (no variable)."""
+    bindings = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+    fields = call.args[0]
+    while isinstance(fields, relax.Var) and fields in bindings:
+        fields = bindings[fields]
+    params = dict(zip(func.params, args, strict=True))
+    members: list[tuple[relax.Var | None, str]] = []
+    for i, f in enumerate(fields.fields):
+        if isinstance(f, GenericConst):
+            name = f"{prefix}_{i}"
+            g.constants[name] = const_array(f)
+            g.types[name] = tensor_type(f)
+            members.append((None, name))
+        elif f in params:
+            members.append(params[f])
+        else:
+            raise PartitionError(f"{g.symbol}: concat member {f} is neither a parameter nor a constant")
+    return members
+
+
 def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
     """The operators, DRAM inputs/outputs and constants of one NPU partition function."""
     body = func.body
@@ -277,11 +467,15 @@ def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
             prefix = {VIEW: "v", CONCAT: "c"}.get(composite, "t")
             out = f"{prefix}{len(names)}_{_safe(b.var.name)}" if prefix != "t" else f"t{len(g.ops)}_{_safe(b.var.name)}"
             names[b.var] = out
+            if b.var in g.output_vars:  # known before any concat that reads it (alias_root)
+                g.output_names.add(out)
             g.types[out] = tensor_type(b.var)
             if composite == VIEW:
                 g.view(_inner_call(callee), arg_names[0], out)
             elif composite == CONCAT:
-                g.concat(_inner_call(callee), list(zip(value.args, arg_names, strict=True)), out)
+                call = _inner_call(callee)
+                g.concat(call, _concat_members(callee, call, list(zip(value.args, arg_names, strict=True)),
+                                               f"k{len(g.ops)}_cat{len(names)}", g), out)
             else:
                 extracted = extract_op(callee, arg_names, out, f"k{len(g.ops)}")
                 g.constants.update(extracted.constants)
@@ -302,6 +496,7 @@ def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
         if name in {t.name for t in inputs}:
             raise PartitionError(f"{symbol}: partition result {f} is one of its inputs")
         outputs.append(g.finish_output(name))
+    g.drop_unread_concats(outputs)
     if not g.ops:
         raise PartitionError(f"{symbol}: the partition computes nothing")
     return PartitionGraph(symbol, tuple(inputs), tuple(outputs), tuple(g.specs_with_views()), g.constants,

@@ -28,7 +28,8 @@ from tvm_npu.config import DType, NpuTarget
 from tvm_npu.epilogue import RULES
 from tvm_npu.ops import ElementwiseSpec, OpSpec, PoolSpec
 
-from .extract import extract_from_context, tensor_type
+from .extract import GenericConst, extract_from_context, tensor_type
+from .graph import selection
 
 PREFIX = "npu"
 
@@ -71,6 +72,8 @@ def _activation(name: str, x: DFPattern) -> DFPattern:
     if name in COMPOSITE_ACTIVATIONS:
         return COMPOSITE_ACTIVATIONS[name](x)
     op = is_op(ACTIVATIONS[name])
+    if name == "power":  # a constant scalar exponent (checked by the extraction)
+        return op(x, is_const())
     return op(x, wildcard(), wildcard()) if name == "clip" else op(x)
 
 
@@ -242,6 +245,8 @@ VIEW_OPS: dict[str, DFPattern] = {
     "relax.squeeze": is_op("relax.squeeze")(wildcard()),
     "relax.expand_dims": is_op("relax.expand_dims")(wildcard()),
     "relax.permute_dims": is_op("relax.permute_dims")(wildcard()),
+    "relax.strided_slice": is_op("relax.strided_slice")(wildcard(), wildcard(), wildcard(), wildcard(), wildcard()),
+    "relax.take": is_op("relax.take")(wildcard(), is_const()),
 }
 #: Element types a view or concat may have: those an unavoidable copy (a 1x1 max pool) can move.
 _MOVABLE = (DType.FP32, DType.FP16, DType.INT8, DType.UINT8)
@@ -259,22 +264,27 @@ def _check_view(ctx: PatternCheckContext) -> bool:
     """A view needs static shapes (a transpose becomes the strides its readers and writers use: the
     DMA orders its loops by DRAM stride, so runs stay as long as the innermost stored axis allows)."""
     call = ctx.matched_expr
-    return (isinstance(call.args[0], relax.Var) and _static(call) and _static(call.args[0])
-            and tensor_type(call)[1] in _MOVABLE)
+    if not (isinstance(call.args[0], relax.Var) and _static(call) and _static(call.args[0])
+            and tensor_type(call)[1] in _MOVABLE):
+        return False
+    # a slice / gather is a view only with static positive steps and constant evenly spaced indices
+    return call.op.name not in ("relax.strided_slice", "relax.take") or selection(call) is not None
 
 
 def _check_concat(ctx: PatternCheckContext) -> bool:
-    """A concat of static tensors of one type (its inputs are written, or copied, into its slices)."""
+    """A concat of static tensors (variables or constants) of one type (its inputs are written, or
+    copied, into its slices)."""
     call = ctx.matched_expr
     if not _static(call) or not isinstance(call.args[0], relax.Tuple):
         return False
     dtype = tensor_type(call)[1]
-    return dtype in _MOVABLE and all(isinstance(f, relax.Var) and _static(f) and tensor_type(f)[1] == dtype
-                                     for f in call.args[0].fields)
+    # a constant member is copied into its slice from a constant DRAM tensor of the partition
+    return dtype in _MOVABLE and all(isinstance(f, relax.Var | GenericConst) and _static(f)
+                                     and tensor_type(f)[1] == dtype for f in call.args[0].fields)
 
 
 def data_movement_entries() -> list[PatternEntry]:
-    """``npu.view`` (reshape, flatten, squeeze, expand_dims, transposes) and
+    """``npu.view`` (reshape, flatten, squeeze, expand_dims, transposes, strided slices, gathers) and
     ``npu.concat``: no operator of their own, the partition graph turns them into views (``graph.py``)."""
     entries: list[PatternEntry] = [(f"{PREFIX}.view_{op.rsplit('.', 1)[-1]}", p, {}, _check_view)
                                    for op, p in VIEW_OPS.items()]

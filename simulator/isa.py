@@ -70,6 +70,7 @@ class Opcode(enum.IntEnum):
     VGELU_TANH = 0x63
     VRMAX = 0x64
     VRSUM = 0x65
+    VPOW = 0x66
     SIGNAL = 0x50
     WAIT = 0x51
     END = 0xFF
@@ -474,6 +475,26 @@ class VecHardSigmoid(_VecBase):
 
 
 @dataclass(frozen=True, slots=True)
+class VecPow(_VecBase):
+    """``dst = src ** exponent`` for float data (local response normalisation's
+    ``(bias + alpha * mean(x^2)) ** -beta``; a power of a computed base needs its own step,
+    since the vector engine has no log).
+
+    Evaluated in float64 and rounded once to ``dtype`` (IEEE results: ``0 ** p`` is inf for
+    p < 0, a negative base with a non-integer exponent is nan). A lane evaluates ``exp(p *
+    log(x))``: two transcendental evaluations, so it costs ``2 * transcendental_cycles`` per
+    lane group.
+    """
+
+    dtype: DType
+    exponent: float
+
+    opcode: ClassVar[Opcode] = Opcode.VPOW
+    #: Transcendental evaluations per element (a log and an exp): the timing's multiplier.
+    EVALUATIONS: ClassVar[int] = 2
+
+
+@dataclass(frozen=True, slots=True)
 class VecBiasAdd(_VecBase):
     """``dst = src + bias[i_axis]``: a contiguous bias vector along iteration axis ``axis``; integers wrap."""
 
@@ -768,8 +789,8 @@ class End:
 
 
 Instruction = (
-    DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecHardSigmoid | VecBiasAdd
-    | VecRequant | VecQAdd | VecCast | VecReduce | Pool | DwConv | Signal | Wait | End
+    DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecHardSigmoid | VecPow
+    | VecBiasAdd | VecRequant | VecQAdd | VecCast | VecReduce | Pool | DwConv | Signal | Wait | End
 )
 
 #: Which record class each opcode decodes into.
@@ -783,6 +804,7 @@ RECORD_OF: dict[Opcode, type] = {
     Opcode.VCLIP: VecClip,
     Opcode.VSCALE: VecScale,
     **{op: VecHardSigmoid for op in VecHardSigmoid.OPS},
+    Opcode.VPOW: VecPow,
     Opcode.VBIAS_ADD: VecBiasAdd,
     Opcode.VREQUANT: VecRequant,
     Opcode.VQADD: VecQAdd,

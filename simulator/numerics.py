@@ -200,6 +200,16 @@ def _vec_hard_sigmoid(ins: isa.VecHardSigmoid, accs: Accesses) -> Executor:
     return _vec(accs, run)
 
 
+def _vec_pow(ins: isa.VecPow, accs: Accesses) -> Executor:
+    exponent = ins.exponent
+
+    def run(x: np.ndarray, out: np.ndarray) -> None:
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0 ** -p = inf, (-x) ** 0.5 = nan, as IEEE pow
+            out[...] = np.power(x.astype(_F64), exponent)
+
+    return _vec(accs, run)
+
+
 def _vec_bias_add(ins: isa.VecBiasAdd, accs: Accesses) -> Executor:
     return _vec2(accs, lambda x, bias, out: np.add(x, bias, out=out))  # the bias broadcasts (stride 0)
 
@@ -328,6 +338,7 @@ _BUILDERS: dict[type, Callable[..., Executor]] = {
     isa.VecClip: _vec_clip,
     isa.VecScale: _vec_scale,
     isa.VecHardSigmoid: _vec_hard_sigmoid,
+    isa.VecPow: _vec_pow,
     isa.VecBiasAdd: _vec_bias_add,
     isa.VecRequant: _vec_requant,
     isa.VecQAdd: _vec_qadd,

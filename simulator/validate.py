@@ -250,6 +250,13 @@ class _Checker:
                 self.fail(name, f"must be finite, got {getattr(ins, name)}")
         self.vec_base(ins)
 
+    def vec_pow(self, ins: isa.VecPow) -> None:
+        if not ins.dtype.is_float:
+            self.fail("dtype", f"VPOW needs a float dtype (FP16, FP32), got {ins.dtype.name}")
+        if not math.isfinite(ins.exponent):
+            self.fail("exponent", f"must be finite, got {ins.exponent}")
+        self.vec_base(ins)
+
     def vec_bias_add(self, ins: isa.VecBiasAdd) -> None:
         if ins.axis not in (0, 1, 2):
             self.fail("axis", f"must be 0, 1 or 2, got {ins.axis}")
@@ -326,6 +333,7 @@ _CHECKS: dict[type, Callable[[_Checker, object], None]] = {
     isa.VecClip: _Checker.vec_clip,
     isa.VecScale: _Checker.vec_scale,
     isa.VecHardSigmoid: _Checker.vec_hard_sigmoid,
+    isa.VecPow: _Checker.vec_pow,
     isa.VecBiasAdd: _Checker.vec_bias_add,
     isa.VecRequant: _Checker.vec_requant,
     isa.VecQAdd: _Checker.vec_qadd,

@@ -113,6 +113,9 @@ _RULES = (
     # canonicalisation brings the importer's forms of HardSigmoid and HardSwish to these)
     EpiRule(EpiKind.HSIGMOID, None, lambda x, _y, s: _hard_sigmoid(x, s), isa.Opcode.VHSIGMOID, float_only=True),
     EpiRule(EpiKind.HSWISH, None, lambda x, _y, s: x * _hard_sigmoid(x, s), isa.Opcode.VHSWISH, float_only=True),
+    # matched as power(x, scalar constant) (relay_patterns.patterns / extract)
+    EpiRule(EpiKind.POW, "relax.power", lambda x, _y, s: tirx.power(x, tirx.const(s.floats[0], x.dtype)),
+            isa.Opcode.VPOW, float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
     # matched as relax.astype between float types (relay_patterns.extract)
@@ -135,7 +138,10 @@ def rule(kind: EpiKind) -> EpiRule:
 
 def step_cycles(hw: HardwareConfig, step: Epilogue, nelems: int) -> int:
     """Vector-engine cycles of one epilogue step over ``nelems`` elements (the simulator's formula)."""
-    per_group = hw.transcendental_cycles if RULES[step.kind].opcode in isa.VecUnary.TRANSCENDENTAL else 1
+    opcode = RULES[step.kind].opcode
+    per_group = hw.transcendental_cycles if opcode in isa.VecUnary.TRANSCENDENTAL else 1
+    if opcode == isa.Opcode.VPOW:
+        per_group = isa.VecPow.EVALUATIONS * hw.transcendental_cycles
     return timing.vector_cycles(hw, nelems, per_group)
 
 

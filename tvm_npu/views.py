@@ -1,7 +1,7 @@
 """Index arithmetic of :class:`~tvm_npu.ops.View`: tensors that live inside another DRAM tensor.
 
-A reshape, squeeze, flatten, a transpose that keeps the innermost axis (a channel
-shuffle's), and the inputs of a concat move no data on the NPU: the partition graph
+A reshape, squeeze, flatten, a transpose, a strided slice with positive steps, a gather of
+evenly spaced constant indices, and the inputs of a concat move no data on the NPU: the partition graph
 describes each as a view of the tensor that holds its elements, chains of views are
 composed here into one view of a real DRAM tensor, and the codegen turns an access to
 a viewed tensor into DMA descriptors on the real one (:func:`view_pieces`).
@@ -58,6 +58,23 @@ def slice_of(base: str, whole: Sequence[int], part: Sequence[int], axis: int, st
     """The block ``[start, start + part[axis])`` along ``axis`` of ``base`` (shape ``whole``): a concat input."""
     strides = row_major(whole)
     return View(base, start * strides[axis], tuple(((int(n), s),) for n, s in zip(part, strides, strict=True)))
+
+
+def strided(base: str, shape: Sequence[int], begin: Sequence[int], step: Sequence[int], extent: Sequence[int],
+            keep: Sequence[bool] | None = None) -> View:
+    """Elements ``begin[d] + i * step[d]`` (``i < extent[d]``) of every axis of ``base`` (shape ``shape``):
+    a strided slice, or a gather of evenly spaced indices; an axis with ``keep[d]`` false (a scalar index,
+    extent 1) is dropped from the view's shape."""
+    strides = row_major(shape)
+    for d, (n, b, k, e) in enumerate(zip(shape, begin, step, extent, strict=True)):
+        if e < 1 or k < 1 or b < 0 or b + (e - 1) * k >= n:
+            raise NotAView(f"axis {d}: {e} elements from {b} by {k} do not lie inside its {n}")
+    keep = [True] * len(shape) if keep is None else keep
+    if any(not kd and e != 1 for kd, e in zip(keep, extent, strict=True)):
+        raise NotAView("only an axis of one element can be dropped")
+    offset = sum(b * s for b, s in zip(begin, strides, strict=True))
+    return View(base, offset, tuple(((int(e), int(k * s)),) for e, k, s, kd in zip(extent, step, strides, keep,
+                                                                                  strict=True) if kd))
 
 
 def _atoms(view: View) -> list[tuple[int, int, int]]:

@@ -217,3 +217,141 @@ def test_a_global_pool_too_big_for_the_sram_is_averaged_in_bands() -> None:
     assert len(names) == 3 and names[1].endswith("_bands")
     bands = plan.ops[1].spec
     assert bands.out.shape[2] > 1 and 64 % bands.out.shape[2] == 0 and plan.ops[2].spec.data == bands.out
+
+
+def _slice(net: _Net, x: str, starts: list[int], ends: list[int], axes: list[int],
+           steps: list[int] | None = None) -> str:
+    ints = [net.const(v, np.int64) for v in (starts, ends, axes, *([steps] if steps else []))]
+    return net.node("Slice", [x, *ints])
+
+
+def roll_model(use: str = "conv") -> onnx.ModelProto:
+    """conv -> ``torch.roll(shifts=(-3, 2), dims=(2, 3))`` as the exporter writes it (Slice + Concat per
+    axis, Swin's cyclic shift) -> conv; or the roll as the result, or the roll plus the rows-only roll."""
+    net = _Net(8)
+    a = net.conv("x", 8, 8, 1)
+    rows = net.node("Concat", [_slice(net, a, [3], [H], [2]), _slice(net, a, [0], [3], [2])], axis=2)
+    cols = net.node("Concat", [_slice(net, rows, [W - 2], [W], [3]), _slice(net, rows, [0], [W - 2], [3])], axis=3)
+    if use == "result":
+        return net.model(cols, [1, 8, H, W])
+    y = net.conv(cols, 8, 8, 3, relu=False) if use == "conv" else net.node("Add", [cols, rows])
+    return net.model(y, [1, 8, H, W])
+
+
+def strided_slice_model() -> onnx.ModelProto:
+    """conv -> every second row from row 1, columns 2..7, channels 2..5 -> conv: read through a view."""
+    net = _Net(8)
+    a = net.conv("x", 8, 8, 1)
+    s = _slice(net, a, [2, 1, 2], [6, H, 7], [1, 2, 3], [1, 2, 1])
+    y = net.conv(s, 4, 8, 3, relu=False)
+    return net.model(y, [1, 8, H // 2, 5])
+
+
+def token_model(index: list[int] | int | None, cls_token: bool = False) -> onnx.ModelProto:
+    """conv -> tokens ``(1, HW, C)`` (reshape + transpose); optionally a constant class token
+    ``Expand``-ed to the batch and concatenated in front (ViT); a ``Gather`` of constant token indices
+    (or none) -> Gemm / MatMul."""
+    c, k = 8, 6
+    net = _Net(c)
+    a = net.conv("x", c, c, 1)
+    t = net.node("Transpose", [net.node("Reshape", [a, net.const([1, c, H * W], np.int64)])], perm=[0, 2, 1])
+    tokens = H * W
+    if cls_token:
+        cls = net.node("Expand", [net.const(net.rng.standard_normal((1, 1, c))), net.const([1, 1, c], np.int64)])
+        t = net.node("Concat", [cls, t], axis=1)
+        tokens += 1
+    w = net.const(net.rng.standard_normal((c, k)) / np.sqrt(c))
+    if index is None:
+        return net.model(net.node("MatMul", [t, w]), [1, tokens, k])
+    g = net.node("Gather", [t, net.const(index, np.int64)], axis=1)
+    y = net.node("MatMul", [g, w])
+    return net.model(y, [1, k] if isinstance(index, int) else [1, len(index), k])
+
+
+def _copies(plan: PartitionPlan) -> list:
+    return [op.spec for op in plan.ops if op.spec.name.startswith("copy")]
+
+
+def test_a_roll_is_slices_copied_into_concats() -> None:
+    """A roll along two axes is four blocks of the tensor rolled copied into the second concat (the
+    members are views: nothing stores into two places at once); the first concat is not stored."""
+    plan = _plan(_check(roll_model()))
+    copies = _copies(plan)
+    assert len(copies) == 4 and {s.data.view.base for s in copies} == {plan.ops[0].spec.out.name}
+    assert sorted(s.data.view.offset for s in copies) == [0, W - 2, 3 * W, 3 * W + W - 2]  # block corners
+    (buffer,) = plan.buffers
+    assert {s.out.view.base for s in copies} == {buffer.name} and plan.ops[-1].spec.data.name == buffer.name
+
+
+@pytest.mark.parametrize("use", ["result", "add"])
+def test_a_roll_as_result_or_next_to_its_first_concat(use: str) -> None:
+    """As the partition's result the roll's blocks are copied into the output; when the first concat is
+    read too (an add of both rolls), it stays (two copies) besides the four blocks of the second."""
+    plan = _plan(_check(roll_model(use)))
+    copies = _copies(plan)
+    if use == "result":
+        assert len(copies) == 4 and [b.name for b in plan.buffers] == list(plan.outputs)
+    else:
+        assert len(copies) == 6 and len(plan.buffers) == 2
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_strided_slice_is_read_through_a_view(layout: str) -> None:
+    plan = _plan(_check(strided_slice_model(), f"npu -layout-pref={layout}"))
+    assert not _copies(plan)
+    reader = plan.ops[-1].spec
+    assert reader.data.view is not None and reader.data.view.base == plan.ops[0].spec.out.name
+    if layout == "NCHW":  # channel 2, row 1, column 2 of the conv's output; rows by 2, columns by 1
+        assert reader.data.view.offset == 2 * H * W + W + 2
+        assert [d[0] for d in reader.data.view.dims] == [(1, 8 * H * W), (4, H * W), (H // 2, 2 * W), (5, 1)]
+
+
+@pytest.mark.parametrize("index", [0, H * W - 1, -2, [1, 3, 5, 7], [9]])
+def test_a_gather_of_constant_token_indices_is_a_view(index: list[int] | int) -> None:
+    plan = _plan(_check(token_model(index)))
+    assert not _copies(plan)
+    matmul = plan.ops[-1].spec
+    assert matmul.a.view is not None and matmul.a.view.base == plan.ops[0].spec.out.name
+
+
+def test_a_gather_of_unevenly_spaced_indices_stays_on_the_host() -> None:
+    out, ref, info = _build_and_run(token_model([0, 2, 3]))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+    assert info.host_ops == {"relax.take": 1}
+
+
+@pytest.mark.parametrize("gather", [None, 0])
+def test_a_constant_concat_member_is_copied_from_a_constant(gather: int | None) -> None:
+    """ViT's class token: a constant (an ``Expand`` of one, folded) concatenated in front of the
+    tokens is copied into its slice from a constant DRAM tensor; the tokens are stored in place."""
+    plan = _plan(_check(token_model(gather, cls_token=True)))
+    (copy,) = _copies(plan)
+    assert copy.out.view is not None and copy.out.view.offset == 0
+    src = copy.data.view.base if copy.data.view is not None else copy.data.name
+    assert src.startswith("k")
+    tokens = plan.ops[0].spec.out.view  # the conv stores its output transposed into the concat, after the token
+    assert tokens is not None and tokens.base == copy.out.view.base and tokens.offset == 8
+
+
+def window_reverse_roll_model() -> onnx.ModelProto:
+    """MatMul over 4 windows of 4x4 tokens -> Swin's window reverse (reshape, transpose, reshape to
+    8x8) -> roll by 3 rows (Slice + Concat) -> MatMul: the slice of rows 0..4 crosses the windows."""
+    c = 8
+    net = _Net(c)
+    a = net.node("MatMul", ["x", net.const(net.rng.standard_normal((c, c)) / np.sqrt(c))])
+    r = net.node("Reshape", [a, net.const([1, 2, 2, 4, 4, c], np.int64)])
+    t = net.node("Transpose", [r], perm=[0, 1, 3, 2, 4, 5])
+    m = net.node("Reshape", [t, net.const([1, H, W, c], np.int64)])
+    rolled = net.node("Concat", [_slice(net, m, [5], [H], [1]), _slice(net, m, [0], [5], [1])], axis=1)
+    y = net.node("MatMul", [rolled, net.const(net.rng.standard_normal((c, 4)) / np.sqrt(c))])
+    return net.model(y, [1, H, W, 4], [4, 16, c])
+
+
+def test_a_window_reverse_sliced_across_windows_is_stored_in_order() -> None:
+    """The slice does not compose with the window reverse: the MatMul stores in image order instead
+    (rather than a copy of the whole image), and the two members of the roll are copied."""
+    plan = _plan(_check(window_reverse_roll_model()))
+    copies = _copies(plan)
+    assert len(copies) == 2 and all(s.data.view.base == copies[0].data.view.base for s in copies)
+    first = plan.ops[0].spec.out.view
+    assert first is not None and first.base == copies[0].data.view.base and len(first.dims[1]) == 2

@@ -147,3 +147,36 @@ def test_dma_blocks_of_a_shuffled_tensor_load_the_tile(data: st.DataObject) -> N
     np.testing.assert_array_equal(got.reshape(tc, th, w), shuffled[0, c0 : c0 + tc, h0 : h0 + th])
     if c0 % g == 0 and tc % g == 0:
         assert len(pieces) == 1  # aligned to the groups: one strided block
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_strided_selections_of_views_index_like_numpy(data: st.DataObject) -> None:
+    """A strided slice (positive steps) or a scalar gather of a plain or transposed tensor, as numpy
+    indexes it; where composition declines (not strided blocks), nothing is claimed."""
+    shape = _shape(data.draw, data.draw(st.integers(2, 4)))
+    value = np.arange(math.prod(shape)).reshape(shape)
+    outer = None
+    if data.draw(st.booleans()):
+        axes = data.draw(st.permutations(range(len(shape))))
+        outer, value = views.permute("x", shape, axes), value.transpose(axes)
+    begin, step, extent, keep, index = [], [], [], [], []
+    for n in value.shape:
+        b = data.draw(st.integers(0, n - 1))
+        k = data.draw(st.integers(1, 3))
+        e = data.draw(st.integers(1, (n - 1 - b) // k + 1))
+        scalar = e == 1 and data.draw(st.booleans())
+        begin.append(b), step.append(k), extent.append(e), keep.append(not scalar)
+        index.append(b if scalar else slice(b, b + (e - 1) * k + 1, k))
+    inner = views.strided("t", value.shape, begin, step, extent, keep)
+    expect = value[tuple(index)]
+    view = inner if outer is None else views.compose(inner, outer)
+    assert views.shape_of(view) == expect.shape
+    np.testing.assert_array_equal(views.indices(view), expect)
+
+
+def test_a_selection_outside_the_tensor_or_a_dropped_axis_of_several_is_refused() -> None:
+    with pytest.raises(views.NotAView, match="axis 1"):
+        views.strided("x", (2, 5), [0, 3], [1, 2], [2, 2])  # elements 3 and 5 of 5
+    with pytest.raises(views.NotAView, match="dropped"):
+        views.strided("x", (2, 5), [0, 0], [1, 1], [2, 5], [False, True])

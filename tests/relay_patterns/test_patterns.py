@@ -31,7 +31,7 @@ from tvm_npu.ops import (
 
 F32 = "float32"
 RNG = np.random.default_rng(0)
-ACTS = ("relu", "clip", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu")
+ACTS = ("relu", "clip", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "power")
 #: Activations matched as several Relax ops (tests/relay_patterns/test_exporter_forms.py tests them).
 COMPOSITE_ACTS = ("hardswish", "hardsigmoid")
 LIGHT = Path(onnx.__file__).parent / "backend/test/data/light"
@@ -114,6 +114,8 @@ def activation(emit: Callable, name: str | None, x: relax.Expr) -> relax.Expr:
         return x
     if name == "clip":
         return emit(relax.op.clip(x, 0.0, 6.0))
+    if name == "power":  # a constant scalar exponent becomes the step's parameter
+        return emit(relax.op.power(x, relax.const(-0.75, "float32")))
     op = {"relu": relax.op.nn.relu, "sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh, "gelu": relax.op.nn.gelu,
           "gelu_tanh": relax.op.nn.gelu_tanh, "silu": relax.op.nn.silu}
     return emit(op[name](x))
@@ -148,7 +150,8 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
         "npu.softmax", "npu.layer_norm",  # the row-wise operators
-        "npu.concat", *(f"npu.view_{v}" for v in ("reshape", "flatten", "squeeze", "expand_dims", "permute_dims")),
+        "npu.concat", *(f"npu.view_{v}" for v in ("reshape", "flatten", "squeeze", "expand_dims", "permute_dims",
+                                                   "strided_slice", "take")),
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
     # (bias, residual, activation) chains other than the bare op per conv2d / matmul, 8 requantised conv2d and
