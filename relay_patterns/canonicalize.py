@@ -24,6 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .extract import static_shape
 from .lrn import lrn_to_pool
 from .quantized import qdq_to_integer
 from .transformer import transformer_ops
@@ -31,16 +32,6 @@ from .transformer import transformer_ops
 
 def _const_np(expr: relax.Expr) -> np.ndarray:
     return np.asarray(expr.value.numpy())
-
-
-def _static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape)
-    except (TypeError, ValueError):
-        return None
 
 
 def _fold_bn_into_conv(func: relax.Function) -> relax.Function:
@@ -117,7 +108,7 @@ class _ReduceOfStack(relax.PyExprMutator):
         val = self._resolve(expr)
         if isinstance(val, relax.Call) and val.op == tvm.ir.Op.get("relax.broadcast_to"):
             src = val.args[0]
-            src_shape = _static_shape(src)
+            src_shape = static_shape(src)
             if src_shape == shape or (not first and src_shape is not None and _broadcasts_to(src_shape, shape)):
                 return src
         return expr
@@ -137,7 +128,7 @@ class _ReduceOfStack(relax.PyExprMutator):
         items = self._resolve(stacked.args[0])
         if not isinstance(items, relax.Tuple) or len(items.fields) < 2:
             return call
-        out_shape = _static_shape(call)
+        out_shape = static_shape(call)
         if out_shape is None:
             return call
         binary = _REDUCE_OF_STACK[call.op.name]
@@ -158,8 +149,8 @@ def _scalar_const(expr: relax.Expr) -> float | None:
 
 def _keeps_shape(call: relax.Call, x: relax.Expr) -> bool:
     """Whether ``call`` (elementwise on ``x`` and a scalar) has ``x``'s static shape and dtype."""
-    shape = _static_shape(x)
-    return shape is not None and _static_shape(call) == shape and str(call.ty.dtype) == str(x.ty.dtype)
+    shape = static_shape(x)
+    return shape is not None and static_shape(call) == shape and str(call.ty.dtype) == str(x.ty.dtype)
 
 
 def _hard_sigmoid(x: relax.Expr, alpha: float, beta: float) -> relax.Expr:

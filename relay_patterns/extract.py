@@ -120,6 +120,20 @@ def _dtype(name: object) -> DType:
     return DType.from_str(str(name))
 
 
+def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    """The static shape of a tensor expression; None for a non-tensor or a symbolic shape.
+
+    The rewrites of the canonicalisation passes use it to skip what they cannot prove static.
+    """
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape)
+    except (TypeError, ValueError):
+        return None
+
+
 def tensor_type(expr: relax.Expr) -> tuple[tuple[int, ...], DType]:
     """Static shape and dtype of a tensor expression; ``ValueError`` for dynamic or non-tensor values."""
     ty = expr.ty

@@ -26,6 +26,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
+from .extract import static_shape
+
 
 def _scalar(expr: relax.Expr) -> float | None:
     """The value of a one-element float constant, else None."""
@@ -33,16 +35,6 @@ def _scalar(expr: relax.Expr) -> float | None:
         return None
     v = np.asarray(expr.value.numpy())
     return float(v.reshape(())) if v.size == 1 and v.dtype.kind == "f" else None
-
-
-def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape)
-    except (TypeError, ValueError):
-        return None
 
 
 def _channel_window(pool: relax.Call) -> tuple[int, int, int] | None:
@@ -67,11 +59,11 @@ def _lrn_to_pool(func: relax.Function) -> relax.Function:
     root = is_op("relax.divide")(x, is_op("relax.power")(base, beta))
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape, win = _shape(m[x]), _channel_window(m[window])
+        shape, win = static_shape(m[x]), _channel_window(m[window])
         a, b, p = _scalar(m[alpha]), _scalar(m[bias]), _scalar(m[beta])
         if (shape is None or len(shape) < 3 or win is None or None in (a, b, p) or not math.isfinite(p)
                 or [int(v) for v in m[expand].attrs.axis] != [1] or [int(v) for v in m[squeezed].attrs.axis] != [1]
-                or _shape(orig) != shape or str(orig.ty.dtype) not in ("float32", "float16")):
+                or static_shape(orig) != shape or str(orig.ty.dtype) not in ("float32", "float16")):
             return orig
         size, before, after = win
         dtype = str(orig.ty.dtype)

@@ -28,6 +28,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
+from .extract import static_shape
+
 _GELU_TANH_K = math.sqrt(2.0 / math.pi)
 
 
@@ -44,19 +46,9 @@ def _near(value: float | None, want: float, rtol: float = 1e-6) -> bool:
     return value is not None and abs(value - want) <= rtol * abs(want) + 1e-12
 
 
-def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape)
-    except (TypeError, ValueError):
-        return None
-
-
 def _last_axis_mean(call: relax.Call) -> bool:
     """``mean(t, axis=[-1], keepdims=True)`` over the last axis only."""
-    shape = _shape(call.args[0])
+    shape = static_shape(call.args[0])
     axes = call.attrs.axis
     if shape is None or axes is None or not call.attrs.keepdims:
         return False
@@ -90,8 +82,8 @@ def _layer_norm(func: relax.Function) -> relax.Function:
     root: DFPattern = is_op("relax.add")(scaled, beta) | scaled | normed
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape = _shape(m[x])
-        if shape is None or _shape(orig) != shape or str(m[x].ty.dtype) != "float32":
+        shape = static_shape(m[x])
+        if shape is None or static_shape(orig) != shape or str(m[x].ty.dtype) != "float32":
             return orig
         if not (_last_axis_mean(m[mean]) and _last_axis_mean(m[var])):
             return orig
@@ -128,7 +120,7 @@ def _gelu_erf(func: relax.Function) -> relax.Function:
         want = math.sqrt(2.0) if m[scaled].op.name == "relax.divide" else 1.0 / math.sqrt(2.0)
         if not (_near(_scalar(m[c]), want) and _scalar(m[one]) == 1.0 and _scalar(m[half]) == 0.5):
             return orig
-        if _shape(orig) != _shape(m[x]):
+        if static_shape(orig) != static_shape(m[x]):
             return orig
         return relax.op.nn.gelu(m[x])
 
@@ -145,7 +137,7 @@ def _gelu_tanh(func: relax.Function) -> relax.Function:
         if m[cube].op.name == "relax.power" and _scalar(m[three]) != 3.0:
             return orig
         ok = (_near(_scalar(m[c]), 0.044715) and _near(_scalar(m[k]), _GELU_TANH_K) and _scalar(m[one]) == 1.0
-              and _scalar(m[half]) == 0.5 and _shape(orig) == _shape(m[x]))
+              and _scalar(m[half]) == 0.5 and static_shape(orig) == static_shape(m[x]))
         return relax.op.nn.gelu_tanh(m[x]) if ok else orig
 
     return rewrite_call(_half_of(inner, x, half), rewrite, func)
@@ -161,7 +153,7 @@ def _key_transpose(func: relax.Function) -> relax.Function:
     root = is_op("relax.matmul")(a, perm)
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape = _shape(m[x])
+        shape = static_shape(m[x])
         axes = m[perm].attrs.axes
         if shape is None or axes is None or len(shape) < 3:
             return orig
@@ -184,7 +176,7 @@ def _explicit_axes(func: relax.Function) -> relax.Function:
     root = is_op("relax.permute_dims")(x)
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape = _shape(m[x])
+        shape = static_shape(m[x])
         if orig.attrs.axes is not None or shape is None:
             return orig
         return relax.op.permute_dims(m[x], list(range(len(shape)))[::-1])
@@ -202,7 +194,7 @@ def _divide_by_constant(func: relax.Function) -> relax.Function:
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
         value = _scalar(m[c])
-        if value is None or value == 0.0 or not math.isfinite(1.0 / value) or _shape(orig) != _shape(m[x]):
+        if value is None or value == 0.0 or not math.isfinite(1.0 / value) or static_shape(orig) != static_shape(m[x]):
             return orig
         dtype = str(m[c].ty.dtype)
         return relax.op.multiply(m[x], relax.const(np.array(1.0 / value, dtype)))
@@ -225,7 +217,7 @@ def _split_fused_projection(func: relax.Function) -> relax.Function:
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
         y, split = m[proj], m[shaped]
-        y_shape, split_shape = _shape(y), _shape(split)
+        y_shape, split_shape = static_shape(y), static_shape(split)
         weight = np.asarray(m[w].value.numpy())
         idx = np.asarray(m[index].value.numpy())
         axes = m[perm].attrs.axes
@@ -264,8 +256,8 @@ def _reshaped_add(func: relax.Function) -> relax.Function:
     root = is_op("relax.reshape")(added, wildcard())
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape, mid = _shape(m[x]), _shape(m[inner])
-        if shape is None or mid is None or _shape(orig) != shape or _shape(m[added]) != mid:
+        shape, mid = static_shape(m[x]), static_shape(m[inner])
+        if shape is None or mid is None or static_shape(orig) != shape or static_shape(m[added]) != mid:
             return orig
         arr = np.asarray(m[c].value.numpy())
         try:

@@ -37,6 +37,15 @@ def run_instruction(
     return Simulator(hw).run(b.build(), feeds).outputs["out"]
 
 
+def program(hw: HardwareConfig, *instrs: isa.Instruction) -> isa.Program:
+    """A program of ``instrs`` alone (plus one 4-element fp32 input ``x``): encoding and validation tests."""
+    b = ProgramBuilder(hw)
+    b.tensor("x", (4,), DType.FP32, TensorKind.INPUT)
+    for ins in instrs:
+        b.emit(ins)
+    return b.build()
+
+
 def strided(flat: np.ndarray, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> np.ndarray:
     """View ``flat[offset:]`` with element strides (to read a strided SRAM layout back)."""
     it = flat.itemsize

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
-from sim_helpers import run_instruction, strided
-from tvm_npu.simulator import ProgramBuilder, Simulator, TensorKind, isa
+from sim_helpers import program, run_instruction, strided
+from tvm_npu.simulator import Simulator, isa
 from tvm_npu.simulator.encoding import decode_program, encode_program
 from tvm_npu.simulator.errors import InstructionError
 from tvm_npu.simulator.timing import compute_cycles
@@ -85,21 +85,13 @@ def test_timing_from_lane_count(shape) -> None:
         assert compute_cycles(wide, hard) == wide.vector_issue_cycles + -(-n // 64)
 
 
-def _program(*instrs: isa.Instruction) -> isa.Program:
-    b = ProgramBuilder(HW)
-    b.tensor("x", (4,), DType.FP32, TensorKind.INPUT)
-    for ins in instrs:
-        b.emit(ins)
-    return b.build()
-
-
 def test_encoding_round_trip_and_disassembly() -> None:
     from tvm_npu.simulator.disasm import disassemble
 
     instrs = [isa.VecUnary((1, 2, 3), A1, (6, 3, 1), A0, (6, 3, 1), DType.FP16, Op.VSILU),
               isa.VecHardSigmoid((1, 2, 3), A1, (6, 3, 1), A0, (6, 3, 1), DType.FP32, 0.2, 0.5, Op.VHSIGMOID),
               isa.VecHardSigmoid((2, 1, 3), A1, (3, 3, 1), A0, (0, 3, 1), DType.FP16, 1 / 6, 0.5, Op.VHSWISH)]
-    prog = _program(*instrs)
+    prog = program(HW, *instrs)
     back = decode_program(encode_program(prog))
     assert back.instructions == prog.instructions
     text = disassemble(back)
@@ -117,5 +109,5 @@ def test_encoding_round_trip_and_disassembly() -> None:
 ])
 def test_validation_names_the_field(ins, field) -> None:
     with pytest.raises(InstructionError) as err:
-        Simulator(HW).run(_program(ins), {"x": np.zeros(4, np.float32)})
+        Simulator(HW).run(program(HW, ins), {"x": np.zeros(4, np.float32)})
     assert err.value.field == field

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_helpers import run_instruction, strided
-from tvm_npu.simulator import ProgramBuilder, Simulator, TensorKind, isa
+from sim_helpers import program, run_instruction, strided
+from tvm_npu.simulator import Simulator, isa
 from tvm_npu.simulator.encoding import decode_program, encode_program
 from tvm_npu.simulator.errors import InstructionError
 from tvm_npu.simulator.timing import compute_cycles
@@ -59,18 +59,10 @@ def test_timing_two_transcendental_evaluations_per_lane_group(shape) -> None:
     assert compute_cycles(wide, ins) == wide.vector_issue_cycles + -(-(a * b * c) // 64) * 6
 
 
-def _program(*instrs: isa.Instruction) -> isa.Program:
-    b = ProgramBuilder(HW)
-    b.tensor("x", (4,), DType.FP32, TensorKind.INPUT)
-    for ins in instrs:
-        b.emit(ins)
-    return b.build()
-
-
 def test_encoding_round_trip_and_disassembly() -> None:
     from tvm_npu.simulator.disasm import disassemble
 
-    prog = _program(isa.VecPow((1, 2, 3), A1, (6, 3, 1), A0, (6, 3, 1), DType.FP32, -0.75),
+    prog = program(HW, isa.VecPow((1, 2, 3), A1, (6, 3, 1), A0, (6, 3, 1), DType.FP32, -0.75),
                     isa.VecPow((2, 1, 5), A1, (5, 5, 1), A0, (0, 0, 1), DType.FP16, 1.0 / 3.0))
     back = decode_program(encode_program(prog))
     assert back.instructions == prog.instructions
@@ -85,5 +77,5 @@ def test_encoding_round_trip_and_disassembly() -> None:
 ])
 def test_validation_names_the_field(ins, field) -> None:
     with pytest.raises(InstructionError) as err:
-        Simulator(HW).run(_program(ins), {"x": np.zeros(4, np.float32)})
+        Simulator(HW).run(program(HW, ins), {"x": np.zeros(4, np.float32)})
     assert err.value.field == field

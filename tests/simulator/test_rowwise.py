@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_helpers import run_instruction, strided
-from tvm_npu.simulator import ProgramBuilder, Simulator, TensorKind, isa
+from sim_helpers import program, run_instruction, strided
+from tvm_npu.simulator import Simulator, isa
 from tvm_npu.simulator.encoding import decode_program, encode_program
 from tvm_npu.simulator.errors import InstructionError
 from tvm_npu.simulator.timing import compute_cycles
@@ -95,21 +95,13 @@ def test_timing_from_lane_count(shape) -> None:
     assert compute_cycles(wide, red) == wide.vector_issue_cycles + a * b * -(-r // 64)
 
 
-def _program(*instrs: isa.Instruction) -> isa.Program:
-    b = ProgramBuilder(HW)
-    b.tensor("x", (4,), DType.FP32, TensorKind.INPUT)
-    for ins in instrs:
-        b.emit(ins)
-    return b.build()
-
-
 def test_encoding_round_trip_and_disassembly() -> None:
     from tvm_npu.simulator.disasm import disassemble
 
     instrs = [isa.VecReduce((2, 3, 5), A1, (3, 1), A0, (15, 5, 1), DType.FP16, Op.VRMAX),
               isa.VecReduce((1, 4, 8), A1, (4, 1), A0, (0, 8, 1), DType.FP32, Op.VRSUM),
               *(isa.VecUnary((1, 2, 3), A1, (6, 3, 1), A0, (6, 3, 1), DType.FP32, op) for op in UNARY)]
-    prog = _program(*instrs)
+    prog = program(HW, *instrs)
     back = decode_program(encode_program(prog))
     assert back.instructions == prog.instructions
     text = disassemble(back)
@@ -127,5 +119,5 @@ def test_encoding_round_trip_and_disassembly() -> None:
 ])
 def test_validation_names_the_field(ins, field) -> None:
     with pytest.raises(InstructionError) as err:
-        Simulator(HW).run(_program(ins), {"x": np.zeros(4, np.float32)})
+        Simulator(HW).run(program(HW, ins), {"x": np.zeros(4, np.float32)})
     assert err.value.field == field
