@@ -14,7 +14,7 @@ operator, so a model arrives with them decomposed:
 Each is rewritten only when every constant has the value the formula needs; anything else
 is left as it is (and runs as the elementwise operators it is). Attention idioms are
 brought to the form the matmul folds: K^T of split heads (a transpose that moves the
-innermost axis), the division of the scores by a constant, and a fused q/k/v projection
+innermost axis) and a fused q/k/v projection
 split by ``take`` (one projection each, so every head split is a view); a constant added on a
 reshaped view of the scores (Swin's window mask) is added on the scores themselves.
 """
@@ -184,24 +184,6 @@ def _explicit_axes(func: relax.Function) -> relax.Function:
     return rewrite_call(root, rewrite, func)
 
 
-def _divide_by_constant(func: relax.Function) -> relax.Function:
-    """``matmul(..) / c`` with a scalar float constant -> ``matmul(..) * (1/c)`` (attention's scores
-    ``/ sqrt(d)``): a multiply is an epilogue step of the matmul; the two differ by at most one rounding
-    of ``1/c``, far inside fp32 tolerances. Other divisions are left alone (an 8-bit model's float
-    regions are compared bit for bit)."""
-    x, c = is_op("relax.matmul")(wildcard(), wildcard()), is_const()
-    root = is_op("relax.divide")(x, c)
-
-    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        value = _scalar(m[c])
-        if value is None or value == 0.0 or not math.isfinite(1.0 / value) or static_shape(orig) != static_shape(m[x]):
-            return orig
-        dtype = str(m[c].ty.dtype)
-        return relax.op.multiply(m[x], relax.const(np.array(1.0 / value, dtype)))
-
-    return rewrite_call(root, rewrite, func)
-
-
 def _split_fused_projection(func: relax.Function) -> relax.Function:
     """timm's fused q/k/v projection, ``take(permute_dims(reshape(x @ W + b, (.., 3, heads, d)), P), i)``,
     -> the i-th projection on its own, ``permute_dims(reshape(x @ W_i + b_i, (.., heads, d)), P')``:
@@ -272,6 +254,7 @@ def _reshaped_add(func: relax.Function) -> relax.Function:
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.TransformerOps")
 def transformer_ops(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """Decomposed layer norms and GELUs -> ``layer_norm`` / ``gelu`` / ``gelu_tanh``; attention's K^T
-    and scaling in the forms the matmul folds (module docstring)."""
+    in the form the matmul folds (module docstring). The scores' ``/ sqrt(d)`` becomes a multiply, an
+    epilogue step, in :func:`~relay_patterns.canonicalize.reciprocal_divide` like any division by a constant."""
     func = _reshaped_add(_split_fused_projection(_gelu_tanh(_gelu_erf(_layer_norm(func)))))
-    return _divide_by_constant(_key_transpose(_explicit_axes(func)))
+    return _key_transpose(_explicit_axes(func))
