@@ -17,11 +17,11 @@ from tvm_npu.tir_schedules import kind_of
 
 from tvm_npu.artifact import Artifact, LayerInfo
 from tvm_npu.config import HardwareConfig
-from tvm_npu.plan import PartitionPlan
+from tvm_npu.plan import OpPlan, PartitionPlan, slice_name
 from tvm_npu.tiles import tile_to_json
 
 from .emit import Resident
-from .operator import compile_operator
+from .operator import Dump, compile_operator
 from .sync import insert_semaphores
 
 
@@ -34,6 +34,9 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     for t in plan.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
+    on_chip = _group_slices(plan)  # layer groups' intermediates: never in DRAM
+    resident.update(on_chip)
+    intermediates = {b.tensor for g in plan.groups for b in g.buffers}
     for t in plan.buffers:  # concat outputs: written slice by slice through views
         kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
         asm.declare(t.name, t.shape, t.dtype, kind)
@@ -46,46 +49,113 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
                 continue
             if t.name in constants:
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
-            elif t.name not in inputs and t.name not in resident:
+            elif t.name not in inputs and t.name not in resident and t.name not in intermediates:
                 kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
                 asm.declare(t.name, t.shape, t.dtype, kind)
     layers: list[LayerInfo] = []
+    place = _Placement(hw)
     for layer, op in enumerate(plan.ops):
         spec = op.spec
-        asm.sram_limit = op.sram_limit
-        first = len(asm)
-        dump = None
-        if dump_dir is not None:
-            base = dump_dir / f"{plan.dump_stem}.{layer:03d}"
-
-            def dump(stage: str, text: str, base: Path = base) -> None:
-                Path(f"{base}.{stage}.txt").write_text(text)
-
-        compile_operator(asm, spec, op.tile, layer, dump, resident)
+        group = plan.group_of(layer)
+        if group is None:
+            _emit(asm, place, op, layer, _dumper(dump_dir, plan, f"{layer:03d}"), resident)
+        elif layer == group.first:  # the whole group, slice by slice
+            for st in group.steps:
+                _emit(asm, place, st.op, st.member, _dumper(dump_dir, plan, f"{st.member:03d}.s{st.slice}"), resident)
         kind = kind_of(spec)
         need = kind.needed_bytes(spec)  # compulsory DRAM reads: each tensor once, only what is needed
         layers.append(LayerInfo(
-            name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=first,
-            last=len(asm), macs=int(spec.macs), dtype=kind.compute_dtype(spec),
+            name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=0,
+            last=0, macs=int(spec.macs), dtype=kind.compute_dtype(spec),
             layout_in=getattr(spec, "layout", "") or spec.inputs[0].layout, layout_out=spec.out.layout,
-            input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident),
+            input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident
+                            and t not in intermediates),
             weight_bytes=sum(b for t, b in need.items() if t in constants),
-            output_bytes=0 if spec.out.name in resident else spec.out.nbytes, sram_bytes=op.sram_bytes,
+            output_bytes=0 if spec.out.name in resident or spec.out.name in intermediates else spec.out.nbytes,
+            sram_bytes=op.sram_bytes if group is None else group.sram_bytes,
             predicted_cycles=op.predicted_cycles,
             fused=list(op.fused),
         ))
     instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags)
-    # instruction ranges per layer after synchronisation was inserted
-    bounds: dict[int, tuple[int, int]] = {}
+    # instruction ranges per layer after synchronisation was inserted (several for a group's members)
+    spans: dict[int, list[list[int]]] = {}
     for idx, tag in enumerate(tags):
-        lo, hi = bounds.get(tag, (idx, idx + 1))
-        bounds[tag] = (min(lo, idx), max(hi, idx + 1))
-    layers = [replace(li, first=bounds.get(i, (0, 0))[0], last=bounds.get(i, (0, 0))[1])
+        runs = spans.setdefault(tag, [])
+        if runs and runs[-1][1] == idx:
+            runs[-1][1] = idx + 1
+        else:
+            runs.append([idx, idx + 1])
+    group_index = {k: n for n, g in enumerate(plan.groups) for k in g.members}
+    layers = [replace(li, first=spans[i][0][0] if i in spans else 0, last=spans[i][-1][1] if i in spans else 0,
+                      spans=spans[i] if len(spans.get(i, ())) > 1 else [], group=group_index.get(i, -1))
               for i, li in enumerate(layers)]
     program = asm.build(instructions)
     if dump_dir is not None:
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
     return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program)
+
+
+def _dumper(dump_dir: Path | None, plan: PartitionPlan, suffix: str) -> Dump | None:
+    if dump_dir is None:
+        return None
+    base = dump_dir / f"{plan.dump_stem}.{suffix}"
+
+    def dump(stage: str, text: str) -> None:
+        Path(f"{base}.{stage}.txt").write_text(text)
+
+    return dump
+
+
+class _Placement:
+    """Puts consecutive operators at opposite ends of their SRAM budget (bottom up, then top down), so
+    an operator's first loads need not wait for its predecessor's last compute on the same bytes: with
+    the constants loaded first (:func:`_constants_first`) and DRAM dependences tracked by element
+    (``sync.py``), the next operator's prologue overlaps the current one's drain."""
+
+    def __init__(self, hw: HardwareConfig) -> None:
+        self.hw, self.low = hw, False
+
+    def __call__(self, op: OpPlan) -> int:
+        self.low = not self.low
+        g = self.hw.sram_align_bytes
+        return 0 if self.low else max(0, (op.sram_limit - op.sram_bytes) // g * g)
+
+
+def _emit(asm: ProgramBuilder, place: _Placement, op: OpPlan, layer: int, dump: Dump | None,
+          resident: Mapping[str, Resident]) -> None:
+    """One operator (or one step of a layer group) into ``asm``, its instructions tagged ``layer``."""
+    asm.sram_limit = op.sram_limit
+    asm.sram_place(place(op))
+    first = len(asm)
+    compile_operator(asm, op.spec, op.tile, layer, dump, resident)
+    _constants_first(asm, first)
+
+
+def _group_slices(plan: PartitionPlan) -> dict[str, Resident]:
+    """Every slice of every layer group's intermediates, at its version's address."""
+    dtype = {op.spec.out.name: op.spec.out.dtype for op in plan.ops}
+    return {slice_name(b.tensor, s): Resident(b.addrs[s % len(b.addrs)], dtype[b.tensor])
+            for g in plan.groups for b in g.buffers for s in range(g.slices)}
+
+
+def _constants_first(asm: ProgramBuilder, first: int) -> None:
+    """Issue an operator's first load of each constant (weights, biases) before its loads of activations.
+
+    The loads before its first compute instruction write distinct SRAM buffers, so their order is free;
+    an activation load may have to wait for the previous operator's last stores (a DMA-load engine
+    queue is in order), a constant load never does, so this way the weights are prefetched under the
+    previous operator's drain instead of behind it."""
+    ins = asm.instructions
+    stop = first
+    while stop < len(ins) and isinstance(ins[stop], isa.DmaLoad):
+        stop += 1
+    const = {k for k, t in enumerate(asm.tensors) if t.kind == isa.TensorKind.CONSTANT}
+    hoisted: dict[int, int] = {}  # the first load of each constant: later ones belong to later tiles
+    for k in range(stop - first):
+        if ins[first + k].tensor in const:
+            hoisted.setdefault(ins[first + k].tensor, k)
+    lead = sorted(hoisted.values())
+    asm.reorder(first, lead + [k for k in range(stop - first) if k not in lead])
 
 
 class PlanError(ValueError):

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from tvm_npu.simulator import isa
+from tvm_npu.simulator.hazards import overlap
 
 from tvm_npu.config import HardwareConfig
 
@@ -57,8 +58,10 @@ def insert_semaphores(
     n_gran = hw.max_sram_bytes // g
     last_write = {e: np.full(n_gran, -1, dtype=np.int64) for e in engines}
     last_read = {e: np.full(n_gran, -1, dtype=np.int64) for e in engines}
-    dram_write: dict[int, tuple[isa.Engine, int]] = {}
-    dram_read: dict[int, dict[isa.Engine, int]] = {}
+    # DRAM dependences by element range per tensor (bounding ranges: conservative), so an operator's
+    # first loads wait only for the stores of the rows they read, not for its producer's last store
+    dram_write: dict[int, list[tuple[isa.Access, isa.Engine, int]]] = {}
+    dram_read: dict[int, list[tuple[isa.Access, isa.Engine, int]]] = {}
     waited = {(f, e): -1 for f in engines for e in engines}
     sem_of = {}
     for f in engines:
@@ -90,14 +93,10 @@ def insert_semaphores(
         dep(last_write, reads + writes)
         dep(last_read, writes)
         dram = [acc for acc in accesses if acc.space == isa.Space.DRAM]
-        for acc in dram:  # whole tensors
-            w = dram_write.get(acc.tensor)
-            if w is not None and w[0] != e:
-                need[w[0]] = max(need[w[0]], w[1])
+        for acc in dram:
+            _latest_overlap(dram_write.get(acc.tensor, ()), acc, e, need)
             if acc.write:
-                for f, j in dram_read.get(acc.tensor, {}).items():
-                    if f != e:
-                        need[f] = max(need[f], j)
+                _latest_overlap(dram_read.get(acc.tensor, ()), acc, e, need)
         for f, j in need.items():
             if j > waited[(f, e)]:
                 sem = sem_of[(f, e)]
@@ -109,10 +108,11 @@ def insert_semaphores(
         for lo, hi in writes:
             last_write[e][lo // g: -(-hi // g)] = i
         for acc in dram:
+            rng = (acc, e, i)
             if acc.read:
-                dram_read.setdefault(acc.tensor, {})[e] = i
+                dram_read.setdefault(acc.tensor, []).append(rng)
             if acc.write:
-                dram_write[acc.tensor] = (e, i)
+                dram_write.setdefault(acc.tensor, []).append(rng)
 
     out: list[isa.Instruction] = []
     out_meta: list[int] = []
@@ -127,3 +127,20 @@ def insert_semaphores(
             out.append(s)
             out_meta.append(tag)
     return out, out_meta
+
+
+def _latest_overlap(accesses: Sequence[tuple[isa.Access, isa.Engine, int]], acc: isa.Access, e: isa.Engine,
+                    need: dict[isa.Engine, int]) -> None:
+    """Raise ``need[f]`` to the latest access of each other engine ``f`` that shares an element with
+    ``acc`` (lists are in program order, so the first hit from the end is an engine's latest)."""
+    lo, hi = acc.extent
+    found: set[isa.Engine] = set()
+    for other, f, j in reversed(accesses):
+        if f == e or f in found:
+            continue
+        a, b = other.extent
+        if a < hi and lo < b and overlap(other, acc) is not None:
+            found.add(f)
+            need[f] = max(need[f], j)
+            if len(found) == len(need):
+                return

@@ -120,6 +120,14 @@ class ProgramBuilder:
         """The current allocation point, to :meth:`sram_release` back to later (stack discipline)."""
         return self._sram_top
 
+    def sram_place(self, addr: int) -> None:
+        """Make the next allocations start at ``addr`` (aligned, with nothing allocated above it):
+        consecutive operators placed at opposite ends of the SRAM, so one's first loads need not
+        wait for the other's last compute."""
+        if addr % self.hw.sram_align_bytes or not 0 <= addr <= self.sram_limit:
+            raise BuildError(f"SRAM placement {addr} is not an aligned address below {self.sram_limit}")
+        self._sram_top = addr
+
     def sram_release(self, mark: int) -> None:
         """Free every allocation made since ``mark``."""
         if not 0 <= mark <= self._sram_top:
@@ -140,6 +148,14 @@ class ProgramBuilder:
         self._instructions.append(instr)
         self._tags.append(tag)
         return len(self._instructions) - 1
+
+    def reorder(self, start: int, order: Sequence[int]) -> None:
+        """Put the instructions ``start + order[k]`` at ``start + k`` (a permutation of a range, for
+        passes that move independent instructions; the caller answers for legality)."""
+        if sorted(order) != list(range(len(order))) or start + len(order) > len(self._instructions):
+            raise BuildError(f"reorder: {list(order)} is not a permutation of a range from {start}")
+        for lst in (self._instructions, self._tags):
+            lst[start:start + len(order)] = [lst[start + k] for k in order]
 
     @property
     def instructions(self) -> list[isa.Instruction]:

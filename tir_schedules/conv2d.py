@@ -65,7 +65,7 @@ from .cost import (
     window_sum,
 )
 from .cost import ceil_div as _ceil
-from .kind import OpKind, epilogue_text, register
+from .kind import OpKind, RowWindow, epilogue_text, register
 
 
 def padded_extent(out: int, tile: int, stride: int, kernel: int, dilation: int, size: int, pad: int) -> int:
@@ -370,13 +370,13 @@ class Conv2d(OpKind):
             oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
             return copy_cost(hw, dt, spec.weight.shape, (o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
 
-        def out_box(b, gt, ot, y, x, dtype=None):
+        def out_box(b, gt, ot, y, x, dtype=None, chip=spec.out.on_chip):
             o0 = gt[0] * og + ot[0]
             oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
             dtype = spec.out.dtype if dtype is None else dtype
             if nchw:
-                return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
-            return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe))
+                return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]), on_chip=chip)
+            return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe), on_chip=chip)
 
         def epi_loads(b, gt, ot, y, x, channel=True, full=True):
             cost = Copy()
@@ -387,7 +387,7 @@ class Conv2d(OpKind):
                     o0 = gt[0] * og + ot[0]
                     cost += copy_cost(hw, e.operand.dtype, (e.operand.size,), (o0,), (gt[1] * ot[1],))
                 else:
-                    cost += out_box(b, gt, ot, y, x, e.operand.dtype)
+                    cost += out_box(b, gt, ot, y, x, e.operand.dtype, e.operand.on_chip)
             return cost
 
         outer_b = tile.order == Order.B_STATIONARY
@@ -492,6 +492,9 @@ class Conv2d(OpKind):
         return need
 
     # ----------------------------------------------------------------- reports
+    def row_window(self, spec: Conv2dSpec) -> RowWindow:
+        return RowWindow(spec.kernel[0], spec.strides[0], spec.dilation[0], spec.padding[0], spec.padding[2])
+
     def describe(self, spec: Conv2dSpec) -> str:
         kh, kw = spec.kernel
         groups = f" g{spec.groups}" if spec.groups > 1 else ""

@@ -73,8 +73,9 @@ class Copy:
 
 @functools.lru_cache(maxsize=1 << 18)
 def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo: Sequence[int],
-              ext: Sequence[int], sram_strides: Sequence[int] | None = None) -> Copy:
-    """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor."""
+              ext: Sequence[int], sram_strides: Sequence[int] | None = None, on_chip: bool = False) -> Copy:
+    """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor, or of an on-chip
+    one (a layer group's intermediate: vector-engine copies, no DRAM traffic)."""
     lo2, ext2 = [], []
     for a, e, n in zip(lo, ext, tensor_shape, strict=True):  # clamp to the tensor, as the codegen does
         b, c = max(a, 0), min(a + e, n)
@@ -82,6 +83,8 @@ def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo:
             return Copy()
         lo2.append(b)
         ext2.append(c - b)
+    if on_chip:
+        return _on_chip_cost(hw, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or row_major(ext)))
     dstr = row_major(tensor_shape)
     offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
     # bursts depend on the start address only modulo the burst size: cache on that residue
@@ -103,6 +106,18 @@ def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], 
     return res
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _on_chip_cost(hw: HardwareConfig, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
+                  sram_strides: tuple[int, ...]) -> Copy:
+    """One ``VCOPY`` per block the codegen's copy plan gives (as for a DMA descriptor); the flow model
+    books it where loads go, which is exact for its length, not for the engine it occupies."""
+    cycles = 0
+    for _, inner in split_outer(copy_plan(ext, row_major(tensor_shape), sram_strides)):
+        shape, _ = pad3(inner, 0)
+        cycles += timing.vector_cycles(hw, math.prod(shape), 1)
+    return Copy(cycles)
+
+
 def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequence[int], ext_nchw: Sequence[int],
                 tile_layout: str) -> Copy:
     """Cost of loading an input window (given in NCHW order) from ``data`` in its own layout
@@ -112,7 +127,7 @@ def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequ
     ext_tile = [ext_nchw["NCHW".index(a)] for a in tile_layout]
     tile_strides = dict(zip(tile_layout, row_major(ext_tile), strict=True))
     return copy_cost(hw, dtype, data.shape, tuple(lo_nchw[i] for i in perm), tuple(ext_nchw[i] for i in perm),
-                     tuple(tile_strides[a] for a in src))
+                     tuple(tile_strides[a] for a in src), data.on_chip)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipel
 from .contract import SRAM_SCOPE, Role, SiteKind
 from .cost import Copy, Pipelining, Step, axis_tiles, chain, copy_cost, step_itemsizes, tile_extents, vector_cycles
 from .cost import ceil_div as _ceil
-from .kind import OpKind, register
+from .kind import OpKind, RowWindow, register
 
 
 def _channel(spec: ElementwiseSpec) -> int:
@@ -142,15 +142,15 @@ class Elementwise(OpKind):
         for slot, box in enumerate(boxes):
             lo = tuple(a for a, _ in box)
             ext = tuple(e for _, e in box)
-            loads = copy_cost(hw, spec.data.dtype, shape, lo, ext)
+            loads = copy_cost(hw, spec.data.dtype, shape, lo, ext, on_chip=spec.data.on_chip)
             for i, e in enumerate(spec.epilogue):
                 if e.operand is None or (i == 0 and _first_reads_data(spec)):
                     continue
                 if e.broadcast == Broadcast.CHANNEL:
                     loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
                 else:
-                    loads += copy_cost(hw, e.operand.dtype, shape, lo, ext)
-            store = copy_cost(hw, spec.out.dtype, shape, lo, ext)
+                    loads += copy_cost(hw, e.operand.dtype, shape, lo, ext, on_chip=e.operand.on_chip)
+            store = copy_cost(hw, spec.out.dtype, shape, lo, ext, on_chip=spec.out.on_chip)
             # everything is consumed by the vector engine: model the loads as epilogue operands
             yield Step(loads=Copy(), vector=vector_cycles(hw, spec, math.prod(ext)), store=store, operands=loads,
                        slot=slot)
@@ -164,6 +164,12 @@ class Elementwise(OpKind):
         return _tile_count(spec, tile)
 
     # ----------------------------------------------------------------- reports
+    def row_window(self, spec: ElementwiseSpec) -> RowWindow | None:
+        if (len(spec.out.shape) != 4 or "H" not in spec.out.layout or spec.data.shape != spec.out.shape
+                or spec.data.layout != spec.out.layout):
+            return None
+        return RowWindow(1, 1, 1, 0, 0)
+
     def describe(self, spec: ElementwiseSpec) -> str:
         return f"{'+'.join(e.kind.value for e in spec.epilogue)} {spec.out.shape}"
 

@@ -12,6 +12,7 @@ Adding a kind is one module subclassing :class:`OpKind`, registered with
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -21,6 +22,25 @@ from tvm_npu.tiles import TileParams
 
 from .common import Scheduled
 from .cost import Pipelining, Step
+
+
+@dataclass(frozen=True)
+class RowWindow:
+    """How a kind's output rows (axis H) read rows of its main input: output row ``y`` reads input rows
+    ``y * stride - pad_top + k * dilation`` for ``k < kernel`` (inside ``[0, rows)``, else padding)."""
+
+    kernel: int
+    stride: int
+    dilation: int
+    pad_top: int
+    pad_bottom: int
+
+    def needs(self, lo: int, hi: int, rows: int) -> tuple[int, int, int, int]:
+        """Input rows ``[a, b)`` that output rows ``[lo, hi)`` read, and the padding rows above and below them."""
+        start = lo * self.stride - self.pad_top
+        end = (hi - 1) * self.stride - self.pad_top + (self.kernel - 1) * self.dilation + 1
+        a, b = max(0, start), min(rows, end)
+        return a, b, a - start, end - b
 
 
 class OpKind(abc.ABC):
@@ -94,6 +114,12 @@ class OpKind(abc.ABC):
         for t in spec.inputs:
             need[t.name] = max(need.get(t.name, 0), t.nbytes)
         return need
+
+    # ----------------------------------------------------------- layer groups
+    def row_window(self, spec: OpSpec) -> RowWindow | None:
+        """How output rows map to rows of the main input (``spec.inputs[0]``), or None when the kind
+        cannot compute a slice of rows on its own (only kinds with one are layer-group members)."""
+        return None
 
     # ----------------------------------------------------------------- reports
     @abc.abstractmethod

@@ -37,10 +37,10 @@ from tvm_npu.ops import (
     TensorRef,
     spec_key,
 )
-from tvm_npu.plan import OpPlan, PartitionGraph, PartitionPlan, SramRegion
+from tvm_npu.plan import GroupBuffer, GroupPlan, GroupStep, OpPlan, PartitionGraph, PartitionPlan, SramRegion
 from tvm_npu.tiles import TileParams
 
-from . import planner
+from . import groups, planner
 
 #: Tuned tiles by :func:`~tvm_npu.ops.spec_key` (how tuning records reach the plan).
 TileTable = Mapping[str, TileParams]
@@ -64,6 +64,10 @@ def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | 
         ops.extend([_Op(g.spec, g.fused)] if bands is None else [_Op(b, g.fused) for b in bands])
     if opts.fusion >= 1:
         ops = fuse(ops, graph.outputs, target)
+    if opts.fusion >= 3:
+        planned, grouped = _plan_groups(ops, graph.outputs, target, tiles or {})
+        return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), (),
+                             graph.buffers, tuple(grouped))
     resident = _allocate(ops, graph.outputs, hw) if opts.fusion >= 2 else []
     while True:
         try:
@@ -94,6 +98,36 @@ def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget,
             raise
     est = planner.estimate(op.spec, tile, hw)
     return OpPlan(op.spec, tile, op.fused, limit, est.cycles, est.sram_bytes)
+
+
+# ---------------------------------------------------------------- layer groups
+def _plan_groups(ops: Sequence[_Op], outputs: Sequence[str], target: NpuTarget,
+                 tiles: TileTable) -> tuple[list[OpPlan], list[GroupPlan]]:
+    """``-fusion=3``: the grouping :func:`groups.search` finds, as operator plans and group plans. A
+    group's intermediates take the top of the SRAM (two versions each when it has several slices);
+    its steps' buffers go below them."""
+    hw = target.hw
+    planned: list[OpPlan] = []
+    grouped: list[GroupPlan] = []
+    for i, j, choice in groups.search(groups.Planner([o.spec for o in ops], outputs, target, tiles)):
+        if choice is None:
+            planned.append(_plan_op(i, ops[i], [], target, tiles))
+            continue
+        top = hw.max_sram_bytes
+        buffers = []
+        for name, nbytes in choice.buffers:
+            addrs = tuple(top - nbytes * (v + 1) for v in range(choice.versions))
+            top -= nbytes * choice.versions
+            buffers.append(GroupBuffer(name, addrs, nbytes))
+        steps = tuple(GroupStep(i + st.member, st.slice, OpPlan(st.spec, st.tile, ops[i + st.member].fused, top,
+                                                                st.estimate.cycles, st.estimate.sram_bytes))
+                      for st in choice.steps)
+        for k in range(i, j + 1):
+            mine = [st.op for st in steps if st.member == k]
+            planned.append(OpPlan(ops[k].spec, mine[0].tile, ops[k].fused, top,
+                                  sum(o.predicted_cycles for o in mine), max(o.sram_bytes for o in mine)))
+        grouped.append(GroupPlan(i, j, choice.rows, choice.slices, tuple(buffers), steps, choice.cost))
+    return planned, grouped
 
 
 # ------------------------------------------------------------- big global pools

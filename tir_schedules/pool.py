@@ -45,7 +45,7 @@ from .cost import (
     window_sum,
 )
 from .cost import ceil_div as _ceil
-from .kind import OpKind, epilogue_text, register
+from .kind import OpKind, RowWindow, epilogue_text, register
 
 
 def _window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
@@ -178,9 +178,11 @@ class Pool(OpKind):
                     r0, c0 = y[0] * sh - pt, x[0] * sw - pl
                     load = window_cost(hw, dt, spec.data, (b, ct[0], r0, c0), (1, ct[1], rows, cols), spec.layout)
                     if nchw:
-                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
+                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]),
+                                          on_chip=spec.out.on_chip)
                     else:
-                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
+                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]),
+                                          on_chip=spec.out.on_chip)
                     nout = ct[1] * y[1] * x[1]
                     vec = timing.vector_cycles(hw, nout, kh * kw) + vector_cycles(hw, spec, nout)
                     # the loaded window is read by the vector engine: modelled as an epilogue operand
@@ -211,6 +213,11 @@ class Pool(OpKind):
         return need
 
     # ----------------------------------------------------------------- reports
+    def row_window(self, spec: PoolSpec) -> RowWindow | None:
+        if "H" not in spec.out.layout:
+            return None
+        return RowWindow(spec.kernel[0], spec.strides[0], 1, spec.padding[0], spec.padding[2])
+
     def describe(self, spec: PoolSpec) -> str:
         return (f"{spec.kind.value}pool{spec.kernel[0]}x{spec.kernel[1]}/s{spec.strides[0]} {spec.data.shape}"
                 + epilogue_text(spec))

@@ -215,7 +215,7 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
         busy = {"tensor": 0, "vector": 0, "DMA_LOAD": 0, "DMA_STORE": 0, "DRAM": 0}  # per timeline track
         moved = wasted = 0
         working = []
-        for i in range(layer.first, layer.last):
+        for i in (i for a, b in layer.ranges() for i in range(a, b)):
             ins = program.instructions[i]
             if isinstance(ins, isa.Wait | isa.Signal):  # synchronisation, not work
                 continue

@@ -48,6 +48,14 @@ class LayerInfo:
     sram_bytes: int
     predicted_cycles: float
     fused: list[str] = field(default_factory=list)
+    #: The instruction ranges ``[first, last)`` that are this layer's when they are not one range (the
+    #: members of a layer group take turns, slice by slice); empty: ``[first, last)`` alone.
+    spans: list[list[int]] = field(default_factory=list)
+    #: The layer group this layer belongs to (an index within its partition), -1 for none.
+    group: int = -1
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(a, b) for a, b in self.spans] if self.spans else [(self.first, self.last)]
 
 
 @dataclass(frozen=True)

@@ -166,8 +166,9 @@ class CompilerOptions:
     pipeline_stages: int = _field(2, 1, 3, "SRAM buffers per streamed operand (1 none, 2 double, 3 triple buffering)")
     layout_pref: Layout = _field(Layout.AUTO, doc="activation layout: NCHW, NHWC or auto (planner decides)",  # noqa: RUF009 - an immutable enum default
                                  enum=Layout)
-    fusion: int = _field(1, 0, 2, "0 every op to DRAM, 1 fuse epilogues in SRAM, "
-                                  "2 also keep small intermediates on chip")
+    fusion: int = _field(1, 0, 3, "0 every op to DRAM, 1 fuse epilogues in SRAM, "
+                                  "2 also keep small intermediates on chip, 3 layer groups (operators run "
+                                  "together slice by slice, intermediates in SRAM)")
     tile_min: int = _field(1, 1, 1 << 20, "smallest tile extent the tile search considers")
     tile_max: int = _field(4096, 1, 1 << 20, "largest tile extent the tile search considers")
     precision: Precision = _field(Precision.MODEL, enum=Precision,  # noqa: RUF009 - an immutable enum default

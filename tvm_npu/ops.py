@@ -91,6 +91,8 @@ class TensorRef:
     dtype: DType
     layout: str = ""
     view: View | None = None
+    #: Held in SRAM, not DRAM (a layer group's intermediate slice): reads and writes are on-chip copies.
+    on_chip: bool = False
 
     @property
     def size(self) -> int:
@@ -305,7 +307,7 @@ def spec_key(spec: OpSpec) -> str:
         if t is None:
             return "-"
         strided = "" if t.view is None or t.view.contiguous else f"@{[list(d) for d in t.view.dims]}"
-        return f"{t.dtype.name}{list(t.shape)}{t.layout}{strided}"
+        return f"{t.dtype.name}{list(t.shape)}{t.layout}{strided}{'@sram' if t.on_chip else ''}"
 
     parts = [type(spec).__name__]
     for f in fields(spec):

@@ -82,6 +82,56 @@ class OpPlan:
 
 
 @dataclass(frozen=True)
+class GroupBuffer:
+    """A layer group's intermediate: one SRAM region per version; slice ``s`` uses ``addrs[s % len(addrs)]``."""
+
+    tensor: str
+    addrs: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """One member of a layer group computing one slice: an operator of its own over slice tensors."""
+
+    member: int  # index into PartitionPlan.ops
+    slice: int
+    op: OpPlan
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Operators ``first..last`` of the plan run together, slice by slice along H (``-fusion=3``).
+
+    The slices of the group's outputs are ``rows`` rows each; every member computes, per slice, the
+    rows its readers need (halo rows recomputed), intermediates only ever in ``buffers``. ``steps``
+    are in execution order (slice-major); each is lowered like any operator.
+    """
+
+    first: int
+    last: int
+    rows: int
+    slices: int
+    buffers: tuple[GroupBuffer, ...]
+    steps: tuple[GroupStep, ...]
+    predicted_cycles: float
+
+    @property
+    def members(self) -> range:
+        return range(self.first, self.last + 1)
+
+    @property
+    def sram_bytes(self) -> int:
+        """Peak SRAM: the intermediates' regions plus the largest step's own buffers."""
+        return sum(b.nbytes * len(b.addrs) for b in self.buffers) + max(s.op.sram_bytes for s in self.steps)
+
+
+def slice_name(tensor: str, s: int) -> str:
+    """The name of slice ``s`` of a layer group's tensor (the planner and the codegen agree on it)."""
+    return f"{tensor}_s{s}"
+
+
+@dataclass(frozen=True)
 class PartitionPlan:
     """Everything the codegen needs to decide nothing: see the module docstring."""
 
@@ -92,6 +142,10 @@ class PartitionPlan:
     ops: tuple[OpPlan, ...]
     resident: tuple[SramRegion, ...] = ()
     buffers: tuple[TensorRef, ...] = ()  # as in PartitionGraph
+    groups: tuple[GroupPlan, ...] = ()
+
+    def group_of(self, op: int) -> GroupPlan | None:
+        return next((g for g in self.groups if g.first <= op <= g.last), None)
 
     def region(self, tensor: str) -> SramRegion | None:
         return next((r for r in self.resident if r.tensor == tensor), None)
@@ -129,6 +183,10 @@ class PartitionPlan:
             lines.append(f"  [{i}] {op.spec.name:<22s} -> {op.spec.out.name}{list(op.spec.out.shape)}  "
                          f"tile {tile_to_json(op.tile)}  sram {op.sram_bytes}/{op.sram_limit} B  "
                          f"~{op.predicted_cycles:,.0f} cycles  fused {'+'.join(op.fused)}")
+        for g in self.groups:
+            lines.append(f"  group [{g.first}..{g.last}]: {g.slices} slices of {g.rows} rows, {len(g.steps)} steps, "
+                         f"sram {g.sram_bytes} B, ~{g.predicted_cycles:,.0f} cycles, on chip "
+                         f"{', '.join(b.tensor for b in g.buffers) or '-'}")
         for r in self.resident:
             lines.append(f"  sram [{r.addr}, {r.addr + r.nbytes}) {r.tensor}: ops {r.producer}..{r.last_use}")
         for b in self.buffers:
