@@ -15,9 +15,9 @@ import numpy as np
 from tvm_npu.simulator import ProgramBuilder, disassemble, isa
 from tvm_npu.tir_schedules import kind_of
 
-from tvm_npu.artifact import Artifact, LayerInfo
+from tvm_npu.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.config import HardwareConfig
-from tvm_npu.plan import OpPlan, PartitionPlan, slice_name
+from tvm_npu.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
 from tvm_npu.tiles import tile_to_json
 
 from .emit import Resident
@@ -34,8 +34,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     for t in plan.inputs:
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
-    on_chip = _group_slices(plan)  # layer groups' intermediates: never in DRAM
-    resident.update(on_chip)
+    resident.update(_group_slices(plan))  # layer groups' intermediates: never in DRAM
     intermediates = {b.tensor for g in plan.groups for b in g.buffers}
     for t in plan.buffers:  # concat outputs: written slice by slice through views
         kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
@@ -92,7 +91,8 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     program = asm.build(instructions)
     if dump_dir is not None:
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
-    return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program)
+    return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program,
+                         [_group_info(plan, g) for g in plan.groups])
 
 
 def _dumper(dump_dir: Path | None, plan: PartitionPlan, suffix: str) -> Dump | None:
@@ -129,6 +129,15 @@ def _emit(asm: ProgramBuilder, place: _Placement, op: OpPlan, layer: int, dump: 
     first = len(asm)
     compile_operator(asm, op.spec, op.tile, layer, dump, resident)
     _constants_first(asm, first)
+
+
+def _group_info(plan: PartitionPlan, g: GroupPlan) -> GroupInfo:
+    members = [plan.ops[k].spec for k in g.members]
+    saved = 0
+    for b in g.buffers:
+        t = next(m.out for m in members if m.out.name == b.tensor)
+        saved += t.nbytes * (1 + sum(any(x.name == b.tensor for x in m.inputs) for m in members))
+    return GroupInfo(g.first, g.last, g.rows, g.slices, g.sram_bytes, saved, g.predicted_cycles)
 
 
 def _group_slices(plan: PartitionPlan) -> dict[str, Resident]:

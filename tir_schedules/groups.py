@@ -260,7 +260,7 @@ def sliced_spec(m: OpSpec, window, ranges: Mapping[str, Rows], internal: set[str
                      if e.operand is not None and e.broadcast == Broadcast.FULL else e for e in m.epilogue)
     changes = {"name": f"{m.name}_s{s}", "out": out, "data": read(data, a, b), "epilogue": epilogue}
     if hasattr(m, "padding"):
-        top, left, bottom, right = m.padding
+        _, left, _, right = m.padding
         changes["padding"] = (pad_top, left, pad_bottom, right)
     return replace(m, **changes)
 

@@ -12,8 +12,8 @@ Adding a kind is one module subclassing :class:`OpKind`, registered with
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import ClassVar
 
 from tvm_npu.config import CompilerOptions, HardwareConfig

@@ -59,6 +59,20 @@ class LayerInfo:
 
 
 @dataclass(frozen=True)
+class GroupInfo:
+    """A layer group of a partition (``-fusion=3``), for reports: layers ``first..last`` run slice by slice."""
+
+    first: int
+    last: int
+    rows: int  # output rows per slice
+    slices: int
+    sram_bytes: int  # the intermediates' regions plus the largest step's buffers
+    #: DRAM bytes ``-fusion=1`` moves for the group's intermediates (each stored once, loaded by each reader)
+    saved_bytes: int
+    predicted_cycles: float
+
+
+@dataclass(frozen=True)
 class Artifact:
     """A partition as compiled: its symbol, target, DPS signature, layers and program bytes."""
 
@@ -68,18 +82,19 @@ class Artifact:
     outputs: list[str]
     layers: list[LayerInfo]
     program: bytes | bytearray
+    groups: list[GroupInfo] = field(default_factory=list)
 
     def encode(self) -> bytes:
-        meta = _meta(self.symbol, self.target, self.inputs, self.outputs, self.layers)
+        meta = _meta(self.symbol, self.target, self.inputs, self.outputs, self.layers, self.groups)
         crc = zlib.crc32(self.program, zlib.crc32(meta))  # no temporary copy of the program
         return b"".join((_HEAD.pack(MAGIC, VERSION, 0, len(meta), crc), meta, self.program))
 
     @staticmethod
     def pack(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo],
-             program: isa.Program) -> bytearray:
+             program: isa.Program, groups: list[GroupInfo] | None = None) -> bytearray:
         """The encoded artifact of a program, written in one buffer: the program (with a
         model's weights) is serialised straight behind the metadata, never copied whole."""
-        meta = _meta(symbol, target, inputs, outputs, layers)
+        meta = _meta(symbol, target, inputs, outputs, layers, groups or [])
         head = _HEAD.size + len(meta)
         blob = encode_program(program, reserve=head)
         blob[_HEAD.size:head] = meta
@@ -103,12 +118,15 @@ class Artifact:
         try:
             meta = json.loads(body[:meta_len].decode())
             layers = [LayerInfo(**x) for x in meta["layers"]]
+            groups = [GroupInfo(**x) for x in meta.get("groups", [])]
             return cls(meta["symbol"], meta["target"], list(meta["inputs"]), list(meta["outputs"]), layers,
-                       bytes(body[meta_len:]))
+                       bytes(body[meta_len:]), groups)
         except (ValueError, KeyError, TypeError) as e:
             raise ArtifactError(f"NPU artifact metadata is malformed: {e}") from None
 
 
-def _meta(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo]) -> bytes:
+def _meta(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo],
+          groups: list[GroupInfo]) -> bytes:
     return json.dumps({"symbol": symbol, "target": target, "inputs": inputs, "outputs": outputs,
-                       "layers": [asdict(x) for x in layers]}, sort_keys=True).encode()
+                       "layers": [asdict(x) for x in layers], "groups": [asdict(g) for g in groups]},
+                      sort_keys=True).encode()
