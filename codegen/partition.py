@@ -19,6 +19,7 @@ from tvm_npu.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.config import HardwareConfig
 from tvm_npu.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
 from tvm_npu.tiles import tile_to_json
+from tvm_npu.views import storage
 
 from .emit import Resident
 from .operator import Dump, compile_operator
@@ -37,6 +38,8 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     resident.update(_group_slices(plan))  # layer groups' intermediates: never in DRAM
     intermediates = {b.tensor for g in plan.groups for b in g.buffers}
     for t in plan.buffers:  # concat outputs: written slice by slice through views
+        if t.name in intermediates:
+            continue
         kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
         asm.declare(t.name, t.shape, t.dtype, kind)
     for op in plan.ops:
@@ -70,7 +73,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
             input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident
                             and t not in intermediates),
             weight_bytes=sum(b for t, b in need.items() if t in constants),
-            output_bytes=0 if spec.out.name in resident or spec.out.name in intermediates else spec.out.nbytes,
+            output_bytes=0 if spec.out.name in resident or storage(spec.out) in intermediates else spec.out.nbytes,
             sram_bytes=op.sram_bytes if group is None else group.sram_bytes,
             predicted_cycles=op.predicted_cycles,
             fused=list(op.fused),
@@ -107,18 +110,27 @@ def _dumper(dump_dir: Path | None, plan: PartitionPlan, suffix: str) -> Dump | N
 
 
 class _Placement:
-    """Puts consecutive operators at opposite ends of their SRAM budget (bottom up, then top down), so
-    an operator's first loads need not wait for its predecessor's last compute on the same bytes: with
-    the constants loaded first (:func:`_constants_first`) and DRAM dependences tracked by element
-    (``sync.py``), the next operator's prologue overlaps the current one's drain."""
+    """Puts each operator at the bottom or the top of its SRAM budget, whichever overlaps less with the
+    buffers of the operators just before it (the previous one counting double), so its first loads need
+    not wait for their last compute on the same bytes: with the constants loaded first
+    (:func:`_constants_first`) and DRAM dependences tracked by element (``sync.py``), an operator's
+    prologue overlaps its predecessors' drain. Two back suffices for a layer group's slice steps."""
 
     def __init__(self, hw: HardwareConfig) -> None:
-        self.hw, self.low = hw, False
+        self.hw = hw
+        self.recent: list[tuple[int, int]] = []
 
     def __call__(self, op: OpPlan) -> int:
-        self.low = not self.low
         g = self.hw.sram_align_bytes
-        return 0 if self.low else max(0, (op.sram_limit - op.sram_bytes) // g * g)
+        options = [0, max(0, (op.sram_limit - op.sram_bytes) // g * g)]
+
+        def clash(base: int) -> int:
+            return sum(max(0, min(base + op.sram_bytes, hi) - max(base, lo)) * (2 if k == len(self.recent) - 1 else 1)
+                       for k, (lo, hi) in enumerate(self.recent))
+
+        base = min(options, key=clash)
+        self.recent = [*self.recent[-1:], (base, base + op.sram_bytes)]
+        return base
 
 
 def _emit(asm: ProgramBuilder, place: _Placement, op: OpPlan, layer: int, dump: Dump | None,
@@ -133,16 +145,16 @@ def _emit(asm: ProgramBuilder, place: _Placement, op: OpPlan, layer: int, dump: 
 
 def _group_info(plan: PartitionPlan, g: GroupPlan) -> GroupInfo:
     members = [plan.ops[k].spec for k in g.members]
+    tensors = {t.name: t for t in plan.buffers} | {m.out.name: m.out for m in members}
     saved = 0
     for b in g.buffers:
-        t = next(m.out for m in members if m.out.name == b.tensor)
-        saved += t.nbytes * (1 + sum(any(x.name == b.tensor for x in m.inputs) for m in members))
+        saved += tensors[b.tensor].nbytes * (1 + sum(any(x.name == b.tensor for x in m.inputs) for m in members))
     return GroupInfo(g.first, g.last, g.rows, g.slices, g.sram_bytes, saved, g.predicted_cycles)
 
 
 def _group_slices(plan: PartitionPlan) -> dict[str, Resident]:
     """Every slice of every layer group's intermediates, at its version's address."""
-    dtype = {op.spec.out.name: op.spec.out.dtype for op in plan.ops}
+    dtype = {t.name: t.dtype for t in plan.buffers} | {op.spec.out.name: op.spec.out.dtype for op in plan.ops}
     return {slice_name(b.tensor, s): Resident(b.addrs[s % len(b.addrs)], dtype[b.tensor])
             for g in plan.groups for b in g.buffers for s in range(g.slices)}
 

@@ -250,3 +250,37 @@ def repeated_operands(seed: int = 0) -> tvm.IRModule:
             gv = bb.emit_output(relax.Tuple([xx, yy]))
         bb.emit_func_output(gv)
     return bb.get()
+
+
+def conv_chain(layout: str = "NCHW", c: int = 8, h: int = 24, seed: int = 0) -> tvm.IRModule:
+    """Three 3x3 conv + bias + relu, the third with a residual add of the first's result, then a 3x3/2
+    max pool and a last 3x3 conv: a chain of row windows for layer groups (``-fusion=3``)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(_shape(layout, 1, c, h, h), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, layout, seed)
+            a = m.emit(R.nn.relu(m.bias(m.conv(x, c, 3, pad=1))))
+            b = m.emit(R.nn.relu(m.bias(m.conv(a, c, 3, pad=1))))
+            r = m.emit(R.nn.relu(m.emit(R.add(m.bias(m.conv(b, c, 3, pad=1)), a))))
+            p = m.emit(R.nn.max_pool2d(r, pool_size=3, strides=2, padding=1, layout=layout))
+            gv = bb.emit_output(m.emit(R.nn.relu(m.bias(m.conv(p, c, 3, pad=1)))))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def pool_chain(layout: str = "NCHW", c: int = 16, h: int = 32, seed: int = 0) -> tvm.IRModule:
+    """3x3 average pool, depthwise 3x3 conv + bias + relu, 3x3 max pool, depthwise conv again, 2x2/2
+    average pool: DRAM-bound operators on a large map, which layer groups slice along H."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(_shape(layout, 1, c, h, h), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, layout, seed)
+            a = m.emit(R.nn.avg_pool2d(x, pool_size=3, strides=1, padding=1, layout=layout))
+            a = m.emit(R.nn.relu(m.bias(m.conv(a, c, 3, pad=1, groups=c))))
+            b = m.emit(R.nn.max_pool2d(a, pool_size=3, strides=1, padding=1, layout=layout))
+            b = m.emit(R.nn.relu(m.bias(m.conv(b, c, 3, pad=1, groups=c))))
+            gv = bb.emit_output(m.emit(R.nn.avg_pool2d(b, pool_size=2, strides=2, layout=layout)))
+        bb.emit_func_output(gv)
+    return bb.get()

@@ -59,16 +59,18 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Copy:
-    """Cost of copies: engine cycles (latency included), channel cycles, bytes moved and useful."""
+    """Cost of copies: DMA engine cycles (latency included), channel cycles, bytes moved and useful,
+    and vector-engine cycles (copies within SRAM, of a layer group's intermediates)."""
 
     engine: int = 0
     channel: int = 0
     moved: int = 0
     useful: int = 0
+    vector: int = 0
 
     def __add__(self, other: Copy) -> Copy:
         return Copy(self.engine + other.engine, self.channel + other.channel, self.moved + other.moved,
-                     self.useful + other.useful)
+                     self.useful + other.useful, self.vector + other.vector)
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -109,13 +111,12 @@ def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], 
 @functools.lru_cache(maxsize=1 << 14)
 def _on_chip_cost(hw: HardwareConfig, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
                   sram_strides: tuple[int, ...]) -> Copy:
-    """One ``VCOPY`` per block the codegen's copy plan gives (as for a DMA descriptor); the flow model
-    books it where loads go, which is exact for its length, not for the engine it occupies."""
+    """One ``VCOPY`` per block the codegen's copy plan gives (as for a DMA descriptor), on the vector engine."""
     cycles = 0
     for _, inner in split_outer(copy_plan(ext, row_major(tensor_shape), sram_strides)):
         shape, _ = pad3(inner, 0)
         cycles += timing.vector_cycles(hw, math.prod(shape), 1)
-    return Copy(cycles)
+    return Copy(vector=cycles)
 
 
 def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequence[int], ext_nchw: Sequence[int],
@@ -187,6 +188,11 @@ class Flow:
         start = max(start, self.in_free.get(v_in, 0.0))
         self.load_free = start + st.loads.engine
         data_ready = self.load_free
+        copies = st.loads.vector + (st.stationary.vector if st.stationary is not None else 0)
+        if copies:  # on-chip operands: copied by the vector engine into the tile before the compute
+            self.vector_free = max(self.vector_free, start) + copies
+            data_ready = max(data_ready, self.vector_free)
+            self.vector += copies
         unit = 0 if self.streamed else st.slot  # per-output-tile buffers rotate with the loop too
         operands_ready = 0.0
         if st.operands.engine:
@@ -212,8 +218,12 @@ class Flow:
         if not st.tensor:  # vector-only operators: the loaded data is read by the vector engine
             self.in_free[v_in] = 0.0
         out_v = unit % self.v_out
+        if st.operands.vector:  # on-chip epilogue operands (or a vector-only operator's input)
+            self.vector_free = max(self.vector_free, self.tensor_free) + st.operands.vector
+            self.vector += st.operands.vector
         self.vector_free = max(self.vector_free, self.tensor_free, self.out_free.get(out_v, 0.0),
-                               operands_ready) + st.vector
+                               operands_ready) + st.vector + st.store.vector
+        self.vector += st.store.vector
         self.opnd_free[unit % self.v_opnd] = self.vector_free
         if not st.tensor:
             self.in_free[v_in] = self.vector_free

@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tvm_npu.config import NpuTarget
-from tvm_npu.ops import Broadcast, OpSpec, TensorRef, spec_key
+from tvm_npu.ops import Broadcast, OpSpec, PoolKind, PoolSpec, TensorRef, spec_key
 from tvm_npu.plan import slice_name
 from tvm_npu.tiles import TileParams
-from tvm_npu.views import compose, strided
+from tvm_npu.views import compose, row_major, slice_of, storage, strided
 
 from . import planner
 from .cost import Estimate
@@ -79,13 +79,25 @@ class Choice:
 
 
 class Planner:
-    """Evaluates groups of one partition's operators, caching estimates by signature."""
+    """Evaluates groups of one partition's operators, caching estimates by signature.
+
+    Tensors are tracked by their *storage*: an operator writing through a concat-slice view stores
+    into the concat's buffer (``buffers``), which is then the group intermediate, written by several
+    members (their channel blocks) and read by others.
+    """
 
     def __init__(self, ops: Sequence[OpSpec], outputs: Sequence[str], target: NpuTarget,
-                 tiles: Mapping[str, TileParams]) -> None:
+                 tiles: Mapping[str, TileParams], buffers: Sequence[TensorRef] = ()) -> None:
         self.ops, self.outputs, self.target, self.tiles = list(ops), set(outputs), target, tiles
+        self.tensors = {t.name: t for t in buffers} | {op.out.name: op.out for op in self.ops}
+        for op in self.ops:  # a concat buffer has the layout its inputs are written in
+            base = self.tensors.get(storage(op.out))
+            if base is not None and not base.layout and len(base.shape) == len(op.out.shape):
+                self.tensors[base.name] = replace(base, layout=op.out.layout)
         self.readers: dict[str, set[int]] = {}
+        self.writers: dict[str, set[int]] = {}
         for k, op in enumerate(self.ops):
+            self.writers.setdefault(storage(op.out), set()).add(k)
             for t in op.inputs:
                 self.readers.setdefault(t.name, set()).add(k)
                 if t.view is not None:
@@ -106,17 +118,28 @@ class Planner:
         windows = [kind_of(m).row_window(m) for m in members]
         if any(w is None for w in windows) or not all(_rows_axis(t) for m in members for t in _sliced_refs(m)):
             return None
+        layouts: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+        for t in (t for m in members for t in _sliced_refs(m)):
+            layouts.setdefault(t.name, set()).add((t.layout, t.shape))
+        if any(len(v) > 1 for v in layouts.values()):
+            return None  # one tensor labelled with two layouts (an elementwise op of a scalar): rows disagree
         inside = set(range(i, j + 1))
-        produced = {m.out.name for m in members}
-        internal = {n for n in produced if n not in self.outputs and self.readers.get(n) and self.readers[n] <= inside}
-        external = [m.out for m in members if m.out.name not in internal]
-        if not internal or not external or any(self.readers.get(t.name, set()) & inside for t in external):
+        internal = {b for b in map(storage, (m.out for m in members))
+                    if b not in self.outputs and self.readers.get(b) and self.readers[b] <= inside
+                    and self.writers[b] <= inside}
+        external = [m.out for m in members if storage(m.out) not in internal]
+        if not internal or not external:
             return None
-        if any(t.name in internal and (t.view is not None or not _read_by_rows(m, t.name))
-               for m in members for t in m.inputs):
-            return None  # an intermediate read through a view, per channel or as weights: not sliceable
-        if any(t.view is not None and t.view.base in internal for m in members for t in m.inputs):
-            return None
+        if any(self.readers.get(storage(t), set()) & inside for t in external):
+            return None  # a member reads what the group only stores at the end
+        for m in members:
+            if storage(m.out) in internal and m.out.view is not None and _concat_slice(m.out, self.tensors) is None:
+                return None  # written through a view other than a concat slice
+            for t in m.inputs:
+                if storage(t) in internal and (t.view is not None or not _read_by_rows(m, t.name)
+                                               or (t.layout, t.shape) != (self.tensors[t.name].layout,
+                                                                          self.tensors[t.name].shape)):
+                    return None  # an intermediate read through a view, per channel, as weights or relabelled
         height = {t.dim("H") for t in external}
         if len(height) != 1:
             return None
@@ -146,13 +169,14 @@ class Planner:
         """The group cut into ``slices`` slices of ``rows`` output rows: None when a step has no tile,
         ``_TOO_BIG`` when the intermediates alone take too much of the SRAM."""
         hw = self.target.hw
-        plans = [slice_rows(members, windows, internal, external, rows, s) for s in range(slices)]
-        shapes = {m.out.name: m.out for m in members}
+        plans: list[dict[str, Rows]] = []
+        for s in range(slices):
+            plans.append(slice_rows(members, windows, internal, external, rows, s, plans[-1] if plans else None))
         sizes: dict[str, int] = {}
         for ranges in plans:
             for name in internal:
                 a, b = ranges.get(name, (0, 0))
-                t = shapes[name]
+                t = self.tensors[name]
                 sizes[name] = max(sizes.get(name, 0), hw.align(t.nbytes // t.dim("H") * max(b - a, 0)))
         versions = 2 if slices > 1 else 1
         buffers = tuple(sorted(sizes.items()))
@@ -163,10 +187,17 @@ class Planner:
         # shares one tile search
         quantum = max(hw.sram_align_bytes, hw.max_sram_bytes // 16 // hw.sram_align_bytes * hw.sram_align_bytes)
         limit = (hw.max_sram_bytes - total) // quantum * quantum
+        if slices > 1:  # a step's buffers take half, so the next step's first loads can go beside them
+            limit = limit // 2 // quantum * quantum
         steps: list[Step] = []
+        writer = {storage(m.out): k for k, m in reversed(list(enumerate(members)))}
         for s, ranges in enumerate(plans):
-            for k, m in enumerate(members):
-                spec = sliced_spec(m, windows[k], ranges, internal, s)
+            prev = plans[s - 1] if s else None
+            specs = [(writer[t], halo_copy(self.tensors[t], prev[t], ranges[t], s))
+                     for t in sorted(internal) if prev is not None and _rolls(prev.get(t), ranges.get(t))]
+            specs += [(k, sliced_spec(m, windows[k], ranges, internal, self.tensors, s, prev))
+                      for k, m in enumerate(members)]
+            for k, spec in specs:
                 if spec is None:
                     continue
                 best = self._tile(spec, limit)
@@ -192,6 +223,21 @@ class Planner:
 
 
 # --------------------------------------------------------------------- row maths
+def _concat_slice(t: TensorRef, tensors: Mapping[str, TensorRef]) -> tuple[int, int] | None:
+    """``(axis, start)`` when ``t`` is a block of its view's base along one axis other than H (a concat input)."""
+    base = tensors.get(t.view.base) if t.view is not None else None
+    if base is None or len(base.shape) != len(t.shape) or base.layout != t.layout:
+        return None
+    for axis, (n, m) in enumerate(zip(t.shape, base.shape, strict=True)):
+        if n != m and axis != t.layout.index("H"):
+            stride = row_major(base.shape)[axis]
+            start, rem = divmod(t.view.offset, stride)
+            if not rem and t.view == slice_of(base.name, base.shape, t.shape, axis, start):
+                return axis, start
+            return None
+    return None
+
+
 def _rows_axis(t: TensorRef) -> bool:
     return len(t.shape) == 4 and "H" in t.layout
 
@@ -210,14 +256,36 @@ def _read_by_rows(spec: OpSpec, name: str) -> bool:
         e.operand is not None and e.operand.name == name and e.broadcast != Broadcast.FULL for e in spec.epilogue)
 
 
+def _key(t: TensorRef, internal: set[str]) -> str:
+    """What a member's output rows are tracked under: its storage when that is an intermediate."""
+    return storage(t) if storage(t) in internal else t.name
+
+
+def _rolls(prev: Rows | None, cur: Rows | None) -> bool:
+    """Whether rows of an intermediate that slice ``s`` needs were computed by slice ``s - 1`` (then they
+    are copied over from its buffer, not computed again)."""
+    return prev is not None and cur is not None and prev[0] <= cur[0] < prev[1] < cur[1] + 1 and cur[0] < cur[1]
+
+
+def _computed(key: str, ranges: Mapping[str, Rows], internal: set[str], prev: Mapping[str, Rows] | None) -> Rows:
+    """Rows a member writing ``key`` computes in this slice: the rows its readers need, less those the
+    previous slice computed (an intermediate's overlap rows are copied over)."""
+    lo, hi = ranges.get(key, (0, 0))
+    if key in internal and prev is not None and _rolls(prev.get(key), (lo, hi)):
+        lo = min(hi, prev[key][1])
+    return lo, hi
+
+
 def slice_rows(members: Sequence[OpSpec], windows, internal: set[str], external: Sequence[TensorRef], rows: int,
-               s: int) -> dict[str, Rows]:
-    """Rows of every member's output (and of every intermediate) that slice ``s`` computes: the
-    outputs' own slice, propagated backwards (an intermediate: the union of what its readers need)."""
+               s: int, prev: Mapping[str, Rows] | None = None) -> dict[str, Rows]:
+    """Rows of every member's output (and of every intermediate) that slice ``s`` holds: the outputs'
+    own slice, propagated backwards (an intermediate: the union of what its readers need). With the
+    previous slice's rows ``prev``, a member only computes the rows the previous slice did not
+    (:func:`_computed`), so what it reads shrinks accordingly."""
     h = external[0].dim("H")
     ranges: dict[str, Rows] = {t.name: (s * rows, min(h, (s + 1) * rows)) for t in external}
     for m, w in zip(reversed(members), reversed(windows), strict=True):
-        lo, hi = ranges.get(m.out.name, (0, 0))
+        lo, hi = _computed(_key(m.out, internal), ranges, internal, prev)
         if hi <= lo:
             continue
         data = m.inputs[0]
@@ -231,29 +299,38 @@ def slice_rows(members: Sequence[OpSpec], windows, internal: set[str], external:
     return ranges
 
 
-def sliced_spec(m: OpSpec, window, ranges: Mapping[str, Rows], internal: set[str], s: int) -> OpSpec | None:
-    """Member ``m`` restricted to its rows of slice ``s``, reading and writing slice tensors (None: no rows)."""
-    lo, hi = ranges.get(m.out.name, (0, 0))
+def sliced_spec(m: OpSpec, window, ranges: Mapping[str, Rows], internal: set[str],
+                tensors: Mapping[str, TensorRef], s: int, prev: Mapping[str, Rows] | None = None) -> OpSpec | None:
+    """Member ``m`` restricted to the rows it computes in slice ``s``, reading and writing slice tensors
+    (None: no rows to compute)."""
+    lo, hi = _computed(_key(m.out, internal), ranges, internal, prev)
     if hi <= lo:
         return None
     data = m.inputs[0]
     a, b, pad_top, pad_bottom = window.needs(lo, hi, data.dim("H"))
 
+    def on_chip(name: str) -> TensorRef:
+        t = tensors[name]
+        p, q = ranges[name]
+        return _with_rows(TensorRef(slice_name(name, s), t.shape, t.dtype, t.layout, on_chip=True), q - p)
+
     def read(t: TensorRef, x: int, y: int) -> TensorRef:
         if t.name in internal:
-            p, q = ranges[t.name]
-            whole = _with_rows(TensorRef(slice_name(t.name, s), t.shape, t.dtype, t.layout, on_chip=True), q - p)
-            if (x, y) == (p, q):
-                return whole
-            return _row_view(whole, x - p, y - p, f"{whole.name}_r{x}")
-        return _row_view(t, x, y, f"{slice_name(t.name, s)}_r{x}")
+            whole, p = on_chip(t.name), ranges[t.name][0]
+            return whole if whole.dim("H") == y - x else _row_view(whole, x - p, y - p, f"{whole.name}_r{x}_{y}")
+        return _row_view(t, x, y, f"{slice_name(t.name, s)}_r{x}_{y}")  # (a residual may read other rows)
 
-    if m.out.name in internal:
-        p, q = ranges[m.out.name]
-        out = _with_rows(TensorRef(slice_name(m.out.name, s), m.out.shape, m.out.dtype, m.out.layout, on_chip=True),
-                         q - p)
-        if (lo, hi) != (p, q):
-            raise AssertionError("a member computes exactly the rows its readers need")
+    key = storage(m.out)
+    if key in internal:
+        buf, p = on_chip(key), ranges[key][0]
+        whole = buf
+        if m.out.view is not None:  # a concat input: its block of the concat's slice
+            axis, start = _concat_slice(m.out, tensors)
+            part = _with_rows(m.out, buf.dim("H")).shape
+            whole = TensorRef(f"{slice_name(m.out.name, s)}_all", part, m.out.dtype, m.out.layout,
+                              slice_of(buf.name, buf.shape, part, axis, start), on_chip=True)
+        rows = f"{slice_name(m.out.name, s)}_w{lo}"
+        out = whole if (lo, hi) == ranges[key] else _row_view(whole, lo - p, hi - p, rows)
     else:
         out = _row_view(m.out, lo, hi, slice_name(m.out.name, s))
     epilogue = tuple(replace(e, operand=read(e.operand, lo, hi))
@@ -263,6 +340,18 @@ def sliced_spec(m: OpSpec, window, ranges: Mapping[str, Rows], internal: set[str
         _, left, _, right = m.padding
         changes["padding"] = (pad_top, left, pad_bottom, right)
     return replace(m, **changes)
+
+
+def halo_copy(t: TensorRef, prev: Rows, cur: Rows, s: int) -> PoolSpec:
+    """The rows ``[cur[0], prev[1])`` of intermediate ``t`` that slice ``s - 1`` computed, copied from its
+    buffer into slice ``s``'s (a 1x1 max pool is an exact copy through SRAM), instead of computed again."""
+
+    def buffer(k: int, rng: Rows) -> TensorRef:
+        return _with_rows(TensorRef(slice_name(t.name, k), t.shape, t.dtype, t.layout, on_chip=True), rng[1] - rng[0])
+
+    src = _row_view(buffer(s - 1, prev), cur[0] - prev[0], prev[1] - prev[0], f"{slice_name(t.name, s - 1)}_halo")
+    dst = _row_view(buffer(s, cur), 0, prev[1] - cur[0], f"{slice_name(t.name, s)}_halo")
+    return PoolSpec(f"{t.name}_halo_s{s}", dst, data=src, kind=PoolKind.MAX, kernel=(1, 1))
 
 
 def _with_rows(t: TensorRef, n: int) -> TensorRef:

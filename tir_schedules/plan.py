@@ -39,6 +39,7 @@ from tvm_npu.ops import (
 )
 from tvm_npu.plan import GroupBuffer, GroupPlan, GroupStep, OpPlan, PartitionGraph, PartitionPlan, SramRegion
 from tvm_npu.tiles import TileParams
+from tvm_npu.views import storage
 
 from . import groups, planner
 
@@ -65,7 +66,7 @@ def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | 
     if opts.fusion >= 1:
         ops = fuse(ops, graph.outputs, target)
     if opts.fusion >= 3:
-        planned, grouped = _plan_groups(ops, graph.outputs, target, tiles or {})
+        planned, grouped = _plan_groups(ops, graph, target, tiles or {})
         return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), (),
                              graph.buffers, tuple(grouped))
     resident = _allocate(ops, graph.outputs, hw) if opts.fusion >= 2 else []
@@ -101,7 +102,7 @@ def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget,
 
 
 # ---------------------------------------------------------------- layer groups
-def _plan_groups(ops: Sequence[_Op], outputs: Sequence[str], target: NpuTarget,
+def _plan_groups(ops: Sequence[_Op], graph: PartitionGraph, target: NpuTarget,
                  tiles: TileTable) -> tuple[list[OpPlan], list[GroupPlan]]:
     """``-fusion=3``: the grouping :func:`groups.search` finds, as operator plans and group plans. A
     group's intermediates take the top of the SRAM (two versions each when it has several slices);
@@ -109,7 +110,8 @@ def _plan_groups(ops: Sequence[_Op], outputs: Sequence[str], target: NpuTarget,
     hw = target.hw
     planned: list[OpPlan] = []
     grouped: list[GroupPlan] = []
-    for i, j, choice in groups.search(groups.Planner([o.spec for o in ops], outputs, target, tiles)):
+    p = groups.Planner([o.spec for o in ops], graph.outputs, target, tiles, graph.buffers)
+    for i, j, choice in groups.search(p):
         if choice is None:
             planned.append(_plan_op(i, ops[i], [], target, tiles))
             continue
@@ -193,8 +195,8 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
                 continue  # the steps were checked from the consumer's input type: a cast or requantisation may follow
             if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
                 continue  # a per-channel operand would line up with another axis
-            between = {_stored(o.spec.out) for o in ops[i + 1 : j]} | {o.spec.out.name for o in ops[i + 1 : j]}
-            if any(s.operand is not None and {s.operand.name, _stored(s.operand)} & between for s in steps):
+            between = {storage(o.spec.out) for o in ops[i + 1 : j]} | {o.spec.out.name for o in ops[i + 1 : j]}
+            if any(s.operand is not None and {s.operand.name, storage(s.operand)} & between for s in steps):
                 continue  # an operand computed between producer and consumer: would be read too early
             fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
                             epilogue=prod.epilogue + tuple(_relayout(s, prod.out) for s in steps))
@@ -205,11 +207,6 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
             changed = True
             break
     return ops
-
-
-def _stored(t: TensorRef) -> str:
-    """The DRAM tensor ``t``'s elements live in (its view's base, or itself)."""
-    return t.name if t.view is None else t.view.base
 
 
 def channel_axis(spec: OpSpec) -> int:

@@ -12,6 +12,12 @@ compulsory bytes what it must read and write at least once: each distinct tensor
 only the elements it needs (a strided 1x1 convolution reads a quarter of its input),
 nothing for a tensor kept on chip. The model line adds the model-level bound
 ``max(total MACs / peak, (model inputs + weights + model outputs) / bandwidth)``.
+
+Layer groups (``-fusion=3``) get a row each: members, slicing, SRAM peak, DRAM bytes
+saved against ``-fusion=1``, cycles, the sum of the members' bounds, the efficiency and
+the planner's prediction. A group's cycles are the sum of its members' (the members'
+slices interleave; each member is charged the cycles its own instructions work), so
+members add up to their group and all layers to the run.
 """
 
 from __future__ import annotations
@@ -54,6 +60,27 @@ class LayerReport:
     bound_by: str
     predicted_cycles: float
     fused: tuple[str, ...]
+    group: str = ""  # the layer group it runs in (a :class:`GroupReport`'s label), "" for none
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """A layer group (``-fusion=3``) of a profiled run: its members taken together, so the saving of
+    keeping their intermediates on chip can be weighed against the halo rows they recompute."""
+
+    partition: str
+    label: str  # "g0", "g1", ... numbered across the model; the members' ``LayerReport.group``
+    members: tuple[str, ...]
+    rows: int  # output rows per slice
+    slices: int
+    sram_peak_bytes: int  # the intermediates' regions plus the largest step's buffers
+    saved_bytes: int  # DRAM bytes -fusion=1 would move for the intermediates
+    dram_bytes: int  # moved by the members' DMA descriptors
+    cycles: int  # the sum of the members' cycles (see :func:`attribute`)
+    bound_cycles: float  # the sum of the members' bounds
+    efficiency: float  # bound_cycles / cycles
+    predicted_cycles: float  # the planner's estimate for the whole group
+    prediction_error: float  # (predicted - simulated) / simulated
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,7 @@ class ModelReport:
     host_macs: int
     layout_transforms: int
     model_bound_cycles: float = 0.0  # max(MACs / peak, (model inputs + weights + outputs) / bandwidth)
+    groups: tuple[GroupReport, ...] = ()
 
     @property
     def efficiency(self) -> float:
@@ -89,26 +117,39 @@ class ModelReport:
                       "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
                       "npu_macs": self.npu_macs, "host_macs": self.host_macs,
                       "layout_transforms": self.layout_transforms},
-            "layers": [{**asdict(x), "sram_peak_bytes": x.sram_peak_bytes} for x in self.layers],
+            "layers": [asdict(x) for x in self.layers],
+            "groups": [asdict(g) for g in self.groups],
         }
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
 
     def table(self) -> str:
-        """The report as a fixed-width text table."""
-        head = ("layer", "op", "dtype", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles", "bound",
-                "eff", "bound by")
-        rows = [head]
+        """The report as fixed-width text: the layers, the layer groups (if any), the model line."""
+        head = ("layer", "group", "op", "dtype", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles",
+                "bound", "eff", "bound by")
+        rows = []
         for x in self.layers:
             tile = " ".join(f"{k}={v}" for k, v in x.tile.items() if k not in ("kind", "stages"))
-            rows.append((x.name, x.description[:48], x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
+            rows.append((x.name, x.group or "-", x.description[:48], x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
                          f"{x.dram_bytes / 1024:.0f}",
                          f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
                          f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = _columns(head, rows)
+        if self.groups:
+            head = ("group", "layers", "slices x rows", "SRAM KiB", "saved KiB", "DRAM KiB", "cycles", "bound",
+                    "eff", "predicted", "error")
+            rows = [(g.label, " ".join(g.members), f"{g.slices} x {g.rows}", f"{g.sram_peak_bytes / 1024:.0f}",
+                     f"{g.saved_bytes / 1024:.0f}", f"{g.dram_bytes / 1024:.0f}", str(g.cycles),
+                     f"{g.bound_cycles:.0f}", f"{g.efficiency:.2f}", f"{g.predicted_cycles:.0f}",
+                     f"{g.prediction_error:+.1%}") for g in self.groups]
+            lines += ["", *_columns(head, rows),
+                      "a group's cycles are its layers' cycles summed: a cycle in which several layers work is split "
+                      "among them, and as the members' slices interleave,",
+                      "each is charged the cycles its own instructions work. saved: the DRAM bytes -fusion=1 moves for "
+                      "the group's intermediates. bound: the members'",
+                      "bounds summed (an intermediate on chip costs no DRAM bytes, a recomputed halo row no MACs). "
+                      "error: (predicted - cycles) / cycles."]
         lines.append("")
         lines.append(f"model: {self.cycles} cycles, sum of layer bounds {self.bound_cycles:.0f} (efficiency "
                      f"{self.efficiency:.3f}), model-level bound {self.model_bound_cycles:.0f} "
@@ -119,6 +160,13 @@ class ModelReport:
                      f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
                      f"layout transforms on host {self.layout_transforms}")
         return "\n".join(lines)
+
+
+def _columns(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """``head`` and ``rows`` as left-aligned columns, with a rule under the head."""
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in (head, ["-" * w for w in widths], *rows)]
 
 
 def layer_bound(hw: HardwareConfig, layer: LayerInfo) -> tuple[float, float, float]:
@@ -197,8 +245,9 @@ def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int,
     return whole
 
 
-def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
-    """Per-layer figures of one partition run (cycles by :func:`attribute`).
+def _layers_of(run: PartitionRun, first_group: int) -> Iterable[LayerReport]:
+    """Per-layer figures of one partition run (cycles by :func:`attribute`); its layer groups are
+    labelled from ``g{first_group}`` on.
 
     The binding resource is the busiest of the tensor engine, the vector engine and
     the DRAM channel (cycles spent moving the layer's bytes); an engine blocked on a
@@ -241,6 +290,23 @@ def _layers_of(run: PartitionRun) -> Iterable[LayerReport]:
             dram_bytes=moved, wasted_bytes=wasted, sram_peak_bytes=layer.sram_bytes, cycles=cycles,
             bound_cycles=bound, efficiency=bound / cycles if cycles else 0.0,
             bound_by=max(load, key=load.get), predicted_cycles=layer.predicted_cycles, fused=tuple(layer.fused),
+            group=f"g{first_group + layer.group}" if layer.group >= 0 else "",
+        )
+
+
+def _groups_of(run: PartitionRun, layers: Sequence[LayerReport], first_group: int) -> Iterable[GroupReport]:
+    """The layer groups of one partition run, from its layers' figures (``layers``: :func:`_layers_of`)."""
+    for n, g in enumerate(run.artifact.groups):
+        label = f"g{first_group + n}"
+        members = [x for x in layers if x.group == label]
+        cycles = sum(x.cycles for x in members)
+        bound = sum(x.bound_cycles for x in members)
+        yield GroupReport(
+            partition=run.symbol, label=label, members=tuple(x.name for x in members), rows=g.rows,
+            slices=g.slices, sram_peak_bytes=g.sram_bytes, saved_bytes=g.saved_bytes,
+            dram_bytes=sum(x.dram_bytes for x in members), cycles=cycles, bound_cycles=bound,
+            efficiency=bound / cycles if cycles else 0.0, predicted_cycles=g.predicted_cycles,
+            prediction_error=(g.predicted_cycles - cycles) / cycles if cycles else 0.0,
         )
 
 
@@ -269,10 +335,16 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
     ``io_bytes``: the model's own input and output bytes (for the model-level bound)."""
     if any(not run.trace for run in profile.runs):
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
-    layers = tuple(x for run in profile.runs for x in _layers_of(run))
+    layers: list[LayerReport] = []
+    groups: list[GroupReport] = []
+    for run in profile.runs:
+        mine = list(_layers_of(run, len(groups)))
+        groups += _groups_of(run, mine, len(groups))
+        layers += mine
     return ModelReport(
         model_bound_cycles=model_bound(profile, io_bytes),
-        layers=layers,
+        layers=tuple(layers),
+        groups=tuple(groups),
         cycles=sum(r.stats.total_cycles for r in profile.runs),
         bound_cycles=sum(x.bound_cycles for x in layers),
         dram_bytes=sum(r.stats.dma_load_bytes + r.stats.dma_store_bytes for r in profile.runs),

@@ -140,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("profile", "Build, run once with a timeline and report every NPU layer against the roofline.", """
         Prints the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the
-        datasheet bound, efficiency and the binding resource) and the whole-model figures.""")
+        datasheet bound, efficiency and the binding resource), one row per layer group
+        (-fusion=3: slicing, SRAM peak, DRAM bytes saved, cycles against the members' bounds and
+        the planner's prediction) and the whole-model figures.""")
     _model_args(p)
     _inputs_arg(p)
     p.add_argument("--trace", type=Path, metavar="OUT.json",
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a roofline plot: per layer, MACs per DRAM byte against achieved MACs per cycle, "
                         "under the compute roof and the DRAM bandwidth slope")
     p.add_argument("--json", type=Path, metavar="REPORT.json",
-                   help="write the report as JSON: {'model': {...}, 'layers': [{...}, ...]}")
+                   help="write the report as JSON: {'model': {...}, 'layers': [{...}, ...], 'groups': [{...}, ...]}")
     p.add_argument("--timing-only", action="store_true",
                    help="skip the NPU numerics (faster; the cycles are identical, the outputs are not computed)")
     p.set_defaults(func=cmd_profile)

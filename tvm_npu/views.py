@@ -38,6 +38,11 @@ def row_major(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def storage(t: TensorRef) -> str:
+    """The DRAM tensor ``t``'s elements live in (its view's base, or ``t`` itself)."""
+    return t.name if t.view is None else t.view.base
+
+
 def shape_of(view: View) -> tuple[int, ...]:
     """The logical shape a view presents."""
     return tuple(math.prod(e for e, _ in dim) for dim in view.dims)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import numpy as np
 import relax_models as rm
 import tvm
 from tvm import relax
+from tvm_npu.simulator import decode_program, isa
 
 import tvm_npu
 from tvm_npu.analysis import report
+from tvm_npu.bench import profile_model
+from tvm_npu.models import backend_inputs, tiny_convnet
+from tvm_npu.runtime import PartitionRun
+
+#: tiny_convnet forms a group of 4 slices (conv2d_0 + max_pool2d_1) and one of a single slice here;
+#: at -max-sram-bytes=65536 it forms none.
+GROUPED = "npu -fusion=3 -max-sram-bytes=196608"
 
 
 def _grouped(bias: bool) -> tvm.IRModule:
@@ -49,3 +60,53 @@ def test_layer_cycles_add_up_to_the_run() -> None:
     rep = report(prof)
     assert sum(x.cycles for x in rep.layers) == rep.cycles == prof.total_cycles
     assert all(0 < x.efficiency <= 1 for x in rep.layers if x.macs)
+
+
+def _work(run: PartitionRun, layers: set[int]) -> list[tuple[int, int]]:
+    """The (start, end) intervals in which instructions of ``layers`` run on an engine (waiting on or
+    signalling a semaphore is not work; the DRAM channel's time lies inside its DMA instruction's)."""
+    program = decode_program(run.artifact.program)
+    mine = {i for k in layers for a, b in run.artifact.layers[k].ranges() for i in range(a, b)
+            if not isinstance(program.instructions[i], isa.Wait | isa.Signal)}
+    return [(e.start, e.end) for e in run.trace if e.index in mine and e.track != "DRAM" and e.end > e.start]
+
+
+def _covered(intervals: list[tuple[int, int]], minus: list[tuple[int, int]]) -> int:
+    """Cycles inside some interval of ``intervals`` and inside none of ``minus``."""
+    points = sorted({t for iv in intervals + minus for t in iv})
+    return sum(b - a for a, b in itertools.pairwise(points)
+               if any(x <= a and b <= y for x, y in intervals) and not any(x <= a and b <= y for x, y in minus))
+
+
+def test_layer_groups_in_the_report() -> None:
+    """A group's cycles are its members' cycles summed, and they are the cycles its members work:
+    at least those in which only members work, at most the span from the end of the work before the
+    group to the end of its own (idle cycles go to the layer that works next)."""
+    model = tiny_convnet()
+    _, prof, _ = profile_model(tvm_npu.build(model, GROUPED), list(backend_inputs(model).values()), trace=True,
+                               timing_only=True)
+    rep = report(prof)
+    (run,) = prof.runs
+    assert sum(x.cycles for x in rep.layers) == rep.cycles == prof.total_cycles
+    assert len(rep.groups) == len(run.artifact.groups) > 0
+    assert any(g.slices > 1 for g in rep.groups), "no group of several slices: the test needs another SRAM size"
+    others = set(range(len(run.artifact.layers)))
+    for g, info in zip(rep.groups, run.artifact.groups, strict=True):
+        index = range(info.first, info.last + 1)
+        assert g.members == tuple(run.artifact.layers[k].name for k in index)
+        assert [x.name for x in rep.layers if x.group == g.label] == list(g.members)
+        assert g.cycles == sum(x.cycles for x in rep.layers if x.group == g.label)
+        assert g.bound_cycles == sum(x.bound_cycles for x in rep.layers if x.group == g.label)
+        assert 0 < g.efficiency <= 1 and g.saved_bytes > 0 and g.sram_peak_bytes > 0
+        if g.slices > 1:  # the members take turns slice by slice
+            assert all(len(run.artifact.layers[k].ranges()) == g.slices for k in index)
+        work, rest = _work(run, set(index)), _work(run, others - set(index))
+        start, end = min(a for a, _ in work), max(b for _, b in work)
+        before = max((b for _, b in rest if b <= start), default=0)
+        assert _covered(work, rest) - len(index) <= g.cycles <= end - before + len(index), (g, start, end, before)
+    data = json.loads(json.dumps(rep.to_json()))
+    assert [x["label"] for x in data["groups"]] == [g.label for g in rep.groups]
+    assert {x["group"] for x in data["layers"]} == {"", *(g.label for g in rep.groups)}
+    table = rep.table()
+    assert all(f"\n{g.label} " in table and " ".join(g.members) in table for g in rep.groups)
+    assert "a group's cycles are its layers' cycles summed" in table
