@@ -110,26 +110,30 @@ def _dumper(dump_dir: Path | None, plan: PartitionPlan, suffix: str) -> Dump | N
 
 
 class _Placement:
-    """Puts each operator at the bottom or the top of its SRAM budget, whichever overlaps less with the
-    buffers of the operators just before it (the previous one counting double), so its first loads need
-    not wait for their last compute on the same bytes: with the constants loaded first
-    (:func:`_constants_first`) and DRAM dependences tracked by element (``sync.py``), an operator's
-    prologue overlaps its predecessors' drain. Two back suffices for a layer group's slice steps."""
+    """Places each operator's buffers where they overlap least with those of the operators just before
+    it (the more recent, the more it counts), so its first loads need not wait for their last compute
+    on the same bytes: with the constants loaded first (:func:`_constants_first`) and DRAM dependences
+    tracked by element (``sync.py``), an operator's prologue overlaps its predecessors' drain. The
+    candidates are the two ends of its budget and the edges of the recent operators' buffers."""
+
+    #: How many operators back count, and their weights (most recent first).
+    WEIGHTS = (4, 2, 1)
 
     def __init__(self, hw: HardwareConfig) -> None:
         self.hw = hw
-        self.recent: list[tuple[int, int]] = []
+        self.recent: list[tuple[int, int]] = []  # most recent first
 
     def __call__(self, op: OpPlan) -> int:
-        g = self.hw.sram_align_bytes
-        options = [0, max(0, (op.sram_limit - op.sram_bytes) // g * g)]
+        g, size = self.hw.sram_align_bytes, op.sram_bytes
+        top = max(0, (op.sram_limit - size) // g * g)
+        options = {0, top} | {b for lo, hi in self.recent for b in (hi, lo - size) if 0 <= b <= top}
 
-        def clash(base: int) -> int:
-            return sum(max(0, min(base + op.sram_bytes, hi) - max(base, lo)) * (2 if k == len(self.recent) - 1 else 1)
-                       for k, (lo, hi) in enumerate(self.recent))
+        def clash(base: int) -> tuple[int, int]:
+            return sum(max(0, min(base + size, hi) - max(base, lo)) * w
+                       for w, (lo, hi) in zip(self.WEIGHTS, self.recent, strict=False)), base
 
         base = min(options, key=clash)
-        self.recent = [*self.recent[-1:], (base, base + op.sram_bytes)]
+        self.recent = [(base, base + size), *self.recent][:len(self.WEIGHTS)]
         return base
 
 
