@@ -204,8 +204,7 @@ class Planner:
                 if best is None:
                     return None
                 steps.append(Step(k, s, spec, *best))
-        cost = sum(st.estimate.cycles for st in steps)
-        return Choice(rows, slices, buffers, versions, tuple(steps), cost)
+        return Choice(rows, slices, buffers, versions, tuple(steps), group_cycles(steps, slices))
 
     def _tile(self, spec: OpSpec, limit: int) -> tuple[TileParams, Estimate] | None:
         key = (spec_key(spec), limit)
@@ -220,6 +219,25 @@ class Planner:
                     return None
             self._tile_cache[key] = (tile, planner.estimate(spec, tile, hw))
         return self._tile_cache[key]
+
+
+def group_cycles(steps: Sequence[Step], slices: int) -> float:
+    """A group's estimated cycles from its steps' flow estimates.
+
+    One slice: the members run one after the other, each reading what the previous one wrote
+    whole, so the steps' cycles add up. Several slices: a step overlaps its neighbours (the next
+    slice's first member runs beside this slice's last, on other SRAM and another version of the
+    intermediates), so each step's fill and drain hide under their work and only its busiest
+    resource counts, plus the group's first fill and last drain.
+    """
+    if slices == 1:
+        return sum(st.estimate.cycles for st in steps)
+
+    def busy(e: Estimate) -> int:
+        return max(e.tensor_cycles, e.vector_cycles, e.channel_cycles, e.load_cycles, e.store_cycles)
+
+    first, last = steps[0].estimate, steps[-1].estimate
+    return sum(busy(st.estimate) for st in steps) + first.cycles - busy(first) + last.cycles - busy(last)
 
 
 # --------------------------------------------------------------------- row maths

@@ -427,3 +427,20 @@ def test_plans_with_groups_round_trip_through_json(case: Case) -> None:
     assert any(p.groups for p in plans)
     for plan in plans:
         assert PartitionPlan.from_json(plan.to_json()) == plan
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_resnet50"])
+def test_group_estimates_within_ten_percent(name: str) -> None:
+    """The cost model's estimate of a group (the sum of its steps' flow estimates) is within 10% of the
+    simulated group cycles (its members' attributed cycles) on at least 90% of the groups formed."""
+    from tvm_npu import analysis
+    from tvm_npu.bench import default_inputs, profile_model, resolve_model
+
+    _, model = resolve_model(name)
+    executable = tvm_npu.build(model, "npu -fusion=3")
+    _, prof, _ = profile_model(executable, default_inputs(model), trace=True, timing_only=True)
+    groups_formed = analysis.report(prof).groups
+    assert groups_formed
+    within = [abs(g.prediction_error) <= 0.10 for g in groups_formed]
+    assert sum(within) >= 0.9 * len(within), [(g.label, g.predicted_cycles, g.cycles) for g in groups_formed]
