@@ -193,10 +193,12 @@ class Planner:
         writer = {storage(m.out): k for k, m in reversed(list(enumerate(members)))}
         for s, ranges in enumerate(plans):
             prev = plans[s - 1] if s else None
-            specs = [(writer[t], halo_copy(self.tensors[t], prev[t], ranges[t], s))
-                     for t in sorted(internal) if prev is not None and _rolls(prev.get(t), ranges.get(t))]
-            specs += [(k, sliced_spec(m, windows[k], ranges, internal, self.tensors, s, prev))
-                      for k, m in enumerate(members)]
+            halos = {t: halo_copy(self.tensors[t], prev[t], ranges[t], s)
+                     for t in sorted(internal) if prev is not None and _rolls(prev.get(t), ranges.get(t))}
+            specs = []
+            for k, m in enumerate(members):  # a halo copy right before its writer: one span per member and slice
+                specs += [(k, h) for t, h in halos.items() if writer[t] == k]
+                specs.append((k, sliced_spec(m, windows[k], ranges, internal, self.tensors, s, prev)))
             for k, spec in specs:
                 if spec is None:
                     continue
