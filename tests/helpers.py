@@ -303,3 +303,18 @@ def simulate(spec: OpSpec, tile: TileParams, hw: HardwareConfig, env: Mapping[st
     returns the output exactly as the simulator wrote it."""
     program, _ = standalone_program(spec, tile, hw)
     return Simulator(hw).run(program, dict(env)).outputs[spec.out.name]
+
+
+def ort_session(model, *, basic: bool):
+    """An onnxruntime CPU session of ``model`` (an ``onnx.ModelProto``): ``basic`` runs a QDQ graph as
+    written (float DequantizeLinear -> op -> QuantizeLinear); otherwise the default level, which fuses
+    it into integer kernels (QLinearConv, QLinearConcat ...), int8 activations kept int8."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if basic:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    else:
+        options.add_session_config_entry("session.qdqisint8allowed", "1")
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import tvm
+from helpers import ort_session
 from onnx import TensorProto, helper, numpy_helper
 from onnxconverter_common import float16
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -141,15 +141,8 @@ def run_npu(executable: relax.VMExecutable, inputs: Sequence[np.ndarray]) -> tup
 
 
 def run_onnxruntime(model: onnx.ModelProto, inputs: Sequence[np.ndarray], *, basic: bool) -> np.ndarray:
-    """onnxruntime CPU: ``basic`` runs the QDQ graph as written (float DQ -> op -> Q); otherwise the
-    default level with its integer kernels, int8 activations kept int8."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if basic:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    else:
-        options.add_session_config_entry("session.qdqisint8allowed", "1")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    """onnxruntime CPU over ``inputs`` (see :func:`helpers.ort_session` for ``basic``)."""
+    session = ort_session(model, basic=basic)
     name = session.get_inputs()[0].name
     return np.concatenate([session.run(None, {name: x})[0] for x in inputs])
 

@@ -14,9 +14,9 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import tvm
+from helpers import ort_session
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 from tvm_npu.relay_patterns import qdq_to_integer
@@ -52,16 +52,7 @@ def _params(inits: dict[str, np.ndarray], name: str, scale: float, zero: int, dt
 
 
 def _onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, basic: bool) -> np.ndarray:
-    """``basic``: the QDQ graph as written (float DequantizeLinear -> op -> QuantizeLinear); otherwise
-    the default level, which fuses it into integer kernels (QLinearConv, QLinearConcat)."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if basic:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    else:
-        options.add_session_config_entry("session.qdqisint8allowed", "1")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
+    return ort_session(model, basic=basic).run(None, feeds)[0]
 
 
 def _build_and_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
