@@ -2,24 +2,25 @@
 
 A group is an interval ``i..j`` of a partition's operators (after fusion). Its *outputs* are the
 members' results that something outside reads (or that leave the partition); every other result is
-an *intermediate*, read only by members and never stored to DRAM. The group runs slice by slice:
-the outputs are cut into slices of ``rows`` rows, and per slice every member, in order, computes the
-rows its readers in the group need. Those rows come from propagating each slice backwards through
-the members' row windows (:class:`~.kind.RowWindow`: kernel, stride, dilation, padding), so a
-member computes the halo rows of its 3x3 reader again in the next slice (recompute, not a rolling
-buffer). An intermediate's slice lives in an SRAM region with two versions (slice ``s`` in version
-``s % 2``), so slice ``s + 1``'s producer can start while slice ``s``'s readers still read. A
-member's work on one slice is an ordinary operator of its own (the same templates, tile search and
-cost model), whose intermediate operands are marked ``on_chip``: the cost model prices them as
-vector-engine copies, the codegen copies them within SRAM. Weights are loaded by every slice
-(streamed, not held resident): the cost model sees that and the search avoids groups whose weights
-would be reloaded too often.
+an *intermediate* (a member's output, or a concat's buffer that members write blocks of), read only
+by members and never stored to DRAM. The group runs slice by slice: the outputs are cut into slices
+of ``rows`` rows, and per slice every member, in order, computes the rows its readers in the group
+need. Those rows come from propagating each slice backwards through the members' row windows
+(:class:`~.kind.RowWindow`: kernel, stride, dilation, padding). Rows of an intermediate that the
+previous slice already computed (a 3x3 reader's halo) are copied over from that slice's buffer
+(:func:`halo_copy`, a rolling buffer by copy) instead of computed again. An intermediate's slice
+lives in an SRAM region with two versions (slice ``s`` in version ``s % 2``), so slice ``s + 1``'s
+producer can start while slice ``s``'s readers still read. A member's work on one slice is an
+ordinary operator of its own (the same templates, tile search and cost model), whose intermediate
+operands are marked ``on_chip``: the cost model prices them as vector-engine copies, the codegen
+copies them within SRAM. Weights are loaded by every slice (streamed, not held resident): the cost
+model sees that and the search avoids groups whose weights would be reloaded too often.
 
 The search (:func:`search`) is interval dynamic programming over the operator order,
 ``cost[i][j] = min(group cost of i..j, min over k of cost[i][k] + cost[k+1][j])``, with a group's
-cost the sum of its steps' flow estimates at the best slice count; groups whose intermediates leave
-no room for the members' tiles are invalid. Estimates are cached by the sliced operators' name-free
-signatures, so ResNet's repeated blocks are estimated once.
+cost from its steps' flow estimates (:func:`group_cycles`) at the best slice count; groups whose
+intermediates leave no room for the members' tiles are invalid. Estimates are cached by the sliced
+operators' name-free signatures, so ResNet's repeated blocks are estimated once.
 """
 
 from __future__ import annotations

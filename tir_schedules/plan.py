@@ -16,6 +16,11 @@
    runs; its tile is the tuned one (by :func:`~tvm_npu.ops.spec_key`) when it fits
    that budget, else the planner's choice.
 
+At ``-fusion=3``, steps 2 and 3 give way to **layer groups** (:mod:`.groups`): after fusion,
+interval dynamic programming over the operators picks which run together slice by slice
+(intermediates in SRAM regions at the top, the steps' tiles below them) and which alone
+(with the whole SRAM).
+
 The codegen lowers the plan and decides nothing itself.
 """
 
