@@ -40,7 +40,7 @@ and MatMul of a tensor with itself on square matrices (a 4-D tensor reshaped to 
 The graph's outputs are the tensors nothing reads and, one graph in four, an intermediate that
 other nodes read as well (fusion must still write it out).
 
-Targets (:func:`targets`): ``npu`` plus any combination of ``-fusion=0|2``, ``-pipeline-stages=1|3``,
+Targets (:func:`targets`): ``npu`` plus any combination of ``-fusion=0|2|3``, ``-pipeline-stages=1|3``,
 ``-layout-pref=NHWC|NCHW`` and ``-max-sram-bytes=65536|16384|8192``; ``targets(extended=True)`` also
 draws the other documented options of :data:`EXTENDED_TARGET_OPTIONS`.
 """
@@ -78,7 +78,7 @@ CALIBRATION_SAMPLES = 8
 #: target options the fuzzer draws, each independently (the first choice, no option, is what shrinking
 #: aims at); every documented combination of the brief plus a tight SRAM budget that forces fallbacks
 TARGET_OPTIONS: dict[str, tuple[str | None, ...]] = {
-    "fusion": (None, "0", "2"),
+    "fusion": (None, "0", "2", "3"),
     "pipeline-stages": (None, "1", "3"),
     "layout-pref": (None, "NHWC", "NCHW"),
     "max-sram-bytes": (None, "65536", "16384", "8192"),
