@@ -29,11 +29,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from tvm_npu.simulator.builder import row_major
+
 from tvm_npu.config import NpuTarget
 from tvm_npu.ops import Broadcast, OpSpec, PoolKind, PoolSpec, TensorRef, spec_key
 from tvm_npu.plan import slice_name
 from tvm_npu.tiles import TileParams
-from tvm_npu.views import compose, row_major, slice_of, storage, strided
+from tvm_npu.views import compose, slice_of, storage, strided
 
 from . import planner
 from .cost import Estimate

@@ -22,20 +22,13 @@ from dataclasses import fields, replace
 import numpy as np
 
 from tvm_npu.ops import OpSpec, TensorRef, View
+from tvm_npu.simulator.builder import row_major
 
 Factors = tuple[tuple[int, int], ...]
 
 
 class NotAView(ValueError):
     """The composition of two views is not expressible as strided factors."""
-
-
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return tuple(reversed(strides))
 
 
 def storage(t: TensorRef) -> str:
