@@ -3,6 +3,9 @@
 from setuptools import setup
 
 STAGES = ("relay_patterns", "tir_schedules", "codegen", "simulator")
+# meta_schedule's XGBoost cost model (the CPU build: the default wheel pulls in 470 MB of CUDA NCCL)
+# and TVM's RPC tracker and popen workers (what apache-tvm[rpc] lists)
+TUNE = ["xgboost-cpu>=2.1", "tornado>=6", "psutil>=5.9", "cloudpickle>=2"]
 
 setup(
     name="tvm-npu",
@@ -22,8 +25,10 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17", "onnxconverter-common>=1.16"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17", "onnxconverter-common>=1.16",
+                 *TUNE],
         "quantize": ["onnxruntime>=1.17"],
+        "tune": TUNE,
     },
     entry_points={"console_scripts": ["tvm-npu=tvm_npu.cli:main"]},
 )

@@ -220,6 +220,9 @@ class Conv2d(OpKind):
             inner = _ceil(g, tile.tg) * n_oc * n_sp
         return Pipelining(streamed or inner > 1, streamed)
 
+    def definition(self, spec: Conv2dSpec, tile: ConvTile) -> tuple:
+        return compute(spec, tile)
+
     def schedule(self, spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
         """Tile, stage into SRAM, pipeline and blockize a convolution (see the module docstring)."""
         inputs, final, axes = compute(spec, tile)

@@ -64,6 +64,9 @@ class Elementwise(OpKind):
         """The fused tile loop."""
         return Pipelining(_tile_count(spec, tile) > 1)
 
+    def definition(self, spec: ElementwiseSpec, tile: EltwiseTile) -> tuple:
+        return compute(spec)
+
     def schedule(self, spec: ElementwiseSpec, tile: EltwiseTile) -> Scheduled:
         if not spec.epilogue:
             raise ValueError(f"{spec.name}: an elementwise operator needs at least one step")

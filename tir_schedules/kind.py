@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tvm import te, tirx
+
 from tvm_npu.config import CompilerOptions, HardwareConfig
 from tvm_npu.ops import OpSpec
 from tvm_npu.tiles import TileParams
@@ -56,6 +58,16 @@ class OpKind(abc.ABC):
     @abc.abstractmethod
     def schedule(self, spec: OpSpec, tile: TileParams) -> Scheduled:
         """TE compute -> PrimFunc -> ``tvm.s_tir`` schedule (see ``common.py`` for the conventions)."""
+
+    @abc.abstractmethod
+    def definition(self, spec: OpSpec, tile: TileParams) -> tuple:
+        """The template's TE definition: (inputs, output, ...); ``tile`` matters only where the staged
+        input is padded to the tile grid."""
+
+    def workload(self, spec: OpSpec, tile: TileParams) -> tirx.PrimFunc:
+        """The operator before scheduling: what a tuning task is keyed by and its schedules apply to."""
+        inputs, final = self.definition(spec, tile)[:2]
+        return te.create_prim_func([*inputs, final])
 
     @abc.abstractmethod
     def pipelining(self, spec: OpSpec, tile: TileParams) -> Pipelining:

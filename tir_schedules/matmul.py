@@ -83,6 +83,9 @@ class Matmul(OpKind):
         inner = _ceil(n, tile.tn) if effective_order(spec, tile) == Order.A_STATIONARY else _ceil(m, tile.tm)
         return Pipelining(streamed or inner > 1, streamed)
 
+    def definition(self, spec: MatmulSpec, tile: MatmulTile) -> tuple:
+        return compute(spec)
+
     def schedule(self, spec: MatmulSpec, tile: MatmulTile) -> Scheduled:
         """Tile (M, N, K), stage A/B tiles into SRAM, accumulate in SRAM, fuse the epilogue."""
         inputs, final = compute(spec)

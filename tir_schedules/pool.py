@@ -114,6 +114,9 @@ class Pool(OpKind):
         """The fused spatial loop, or the channel loop when there is one spatial tile."""
         return Pipelining(_ceil(spec.data.dim("C"), tile.tc) * _spatial_tiles(spec, tile) > 1)
 
+    def definition(self, spec: PoolSpec, tile: PoolTile) -> tuple:
+        return compute(spec, tile)
+
     def schedule(self, spec: PoolSpec, tile: PoolTile) -> Scheduled:
         inputs, final, axes = compute(spec, tile)
         sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))

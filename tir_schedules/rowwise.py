@@ -157,6 +157,9 @@ class Rowwise(OpKind):
         """The row-tile loop."""
         return Pipelining(_tiles(spec, tile) > 1)
 
+    def definition(self, spec: RowwiseSpec, tile: RowTile) -> tuple:
+        return compute(spec)
+
     def schedule(self, spec: RowwiseSpec, tile: RowTile) -> Scheduled:
         inputs, final = compute(spec)
         sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))

@@ -5,7 +5,7 @@ callback, so ``tvm.runtime.load_module`` of an exported NPU model works afterwar
 """
 
 from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_target
-from .driver import BuildInfo, build, build_reference, build_with_info, load_model, npu_operators, tune
+from .driver import BuildInfo, build, build_reference, build_with_info, load_model, tune
 from .relay_patterns import HostFallbackWarning
 from .runtime import PartitionRun, Profile, last_runs, profile
 
@@ -23,7 +23,6 @@ __all__ = [
     "build_with_info",
     "last_runs",
     "load_model",
-    "npu_operators",
     "parse_target",
     "profile",
     "tune",

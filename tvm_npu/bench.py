@@ -123,12 +123,12 @@ def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
 
 # ----------------------------------------------------------------------- build and run
 def build_model(model: LoadedModel, target: str, *, dump_dir: str | Path | None = None,
-                records: str | Path | None = None, progress: bool | None = None, desc: str = "building for the NPU"
+                database: str | Path | None = None, progress: bool | None = None, desc: str = "building for the NPU"
                 ) -> tuple[relax.VMExecutable, BuildInfo, float]:
     """``build_with_info`` with a progress line; also returns the wall time in seconds."""
     start = time.perf_counter()
     with elapsed_bar(desc, progress):
-        executable, info = build_with_info(model, target, dump_dir=dump_dir, records=records)
+        executable, info = build_with_info(model, target, dump_dir=dump_dir, database=database)
     return executable, info, time.perf_counter() - start
 
 

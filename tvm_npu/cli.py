@@ -43,9 +43,7 @@ from tvm_npu.bench import (
 )
 from tvm_npu.compare import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.config import parse_target, target_help
-from tvm_npu.driver import npu_operators
 from tvm_npu.models import randomize_weights
-from tvm_npu.ops import spec_key
 from tvm_npu.quantize import (
     ACTIVATIONS,
     INSTALL_HINT,
@@ -61,7 +59,6 @@ from tvm_npu.quantize import (
 )
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
-from tvm_npu.tuning import gains, load_records, tune_specs
 
 PROG = "tvm-npu"
 DEMO_MODEL = "tiny_convnet"
@@ -118,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         'tvm-npu run', or in Python after 'import tvm_npu' with tvm_npu.runtime_module.load_module.""")
     _model_args(p)
     p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so", help="shared library to write")
-    p.add_argument("--records", type=Path, metavar="FILE.jsonl",
-                   help="replay the best tile per operator from tuning records ('tvm-npu tune')")
+    p.add_argument("--database", type=Path, metavar="DIR",
+                   help="apply what 'tvm-npu tune' recorded in this work directory for the same target")
     p.add_argument("--dump-dir", type=Path, metavar="DIR",
                    help="write every intermediate form there: Relax IR after each stage and, per NPU operator, "
                         "its spec, scheduled and lowered TIR, schedule trace and program disassembly")
@@ -169,17 +166,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write the figures as JSON")
     p.set_defaults(func=cmd_bench)
 
-    p = command("tune", "Measure candidate tiles of every NPU operator on the simulator; append JSON records.", """
-        For each distinct NPU operator, the cost model's shortlist plus a seeded random sample
-        of the other legal tiles are compiled and timed on the simulator (timing-only; cycles
-        are deterministic). An interrupted run keeps its records and resumes where it stopped.
-        Replay them with 'tvm-npu compile ... --records FILE' or build(..., records=FILE);
-        the records of other targets in the same file are ignored.""")
+    p = command("tune", "Autotune the model's NPU operators and plans with TVM's meta_schedule.", """
+        Every distinct NPU operator is a meta_schedule task: its template's parameters (tile
+        sizes, loop order, pipeline stages, engine) are searched by evolutionary search with an
+        XGBoost cost model, each candidate compiled and timed on the simulator (timing-only:
+        cycles are deterministic). Then the plan of every partition (fusion level, layer groups
+        and their slice counts) is searched by measuring whole partitions. Everything goes to
+        --work-dir (meta_schedule's JSON database plus npu_plans.json); an interrupted run
+        keeps what it measured. Measurement runs in one process per core, or on the servers
+        registered with a TVM RPC tracker (--rpc; start servers with
+        'python -m tvm_npu.rpc_server --tracker HOST:PORT --key npu-sim').
+        Apply with 'tvm-npu compile MODEL --database DIR' or build(..., database=DIR).""")
     _model_args(p)
-    p.add_argument("--records", required=True, type=Path, metavar="FILE.jsonl",
-                   help="tuning records (one JSON object per line), created or appended to")
-    p.add_argument("--trials", type=int, default=16, metavar="N",
-                   help="candidate tiles measured per operator (default: %(default)s)")
+    p.add_argument("--work-dir", required=True, type=Path, metavar="DIR",
+                   help="tuning work directory (created; records of other targets in it are kept and ignored)")
+    p.add_argument("--trials", type=int, default=64, metavar="N",
+                   help="meta_schedule's global trial budget for the operators (default: %(default)s)")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="measure through the TVM RPC tracker at HOST:PORT")
+    p.add_argument("--key", default="npu-sim", help="the servers' key at the tracker (default: %(default)s)")
+    p.add_argument("--workers", type=int, metavar="N", help="local measuring processes (default: one per core)")
+    p.add_argument("--no-plans", action="store_true", help="tune the operators only, not the partitions' plans")
     p.set_defaults(func=cmd_tune)
 
     p = command("quantize", "Quantize an fp32 ONNX model to int8 QDQ with onnxruntime's quantize_static.", f"""
@@ -310,7 +316,7 @@ def _summary(i: int, a: np.ndarray) -> str:
 # ----------------------------------------------------------------------------- commands
 def cmd_compile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
-    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, records=args.records)
+    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(args.output))
     total = info.npu_macs + info.host_macs
@@ -321,6 +327,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
           f"{info.host_macs / 1e6:,.1f} M on the host")
     print(f"layout: {info.transforms_inserted} transforms inserted by planning, "
           f"{info.layout_transforms} left on the host after folding")
+    if args.database is not None:
+        ops = sum(len(p.ops) for p in info.plans)
+        print(f"tuning: {info.tuned_ops} of {ops} NPU operators use a tile tuned in {args.database} "
+              f"(the others: no record for this target, or the cost model's tile was the best measured)")
     if args.dump_dir is not None:
         print(f"intermediate forms in {args.dump_dir}")
     print(f"wrote {args.output} ({args.output.stat().st_size / 1024:.0f} KiB)")
@@ -377,21 +387,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from tvm_npu.tuning import tune
+
     name, model, target = _load(args)
-    if args.trials < 1:
-        raise ValueError(f"--trials must be at least 1, not {args.trials}")
-    specs = npu_operators(model, target)
-    records = tune_specs(specs, target, args.records, args.trials, progress=show_progress(None))
-    distinct = len({spec_key(s) for s in specs})
-    print(f"tuned {name} for '{target}': {len(specs)} NPU operators ({distinct} distinct), {len(records)} new "
-          f"measurements "
-          f"appended to {args.records}")
-    rows = gains(specs, target, load_records(args.records))
-    if rows:
-        speedups = [r.speedup for r in rows]
-        print(f"best measured tile against the cost model's choice, over {len(rows)} operator signatures: "
-              f"geomean {statistics.geometric_mean(speedups):.3f}x, largest {max(speedups):.3f}x fewer cycles")
-        print(f"replay with: {PROG} compile MODEL --target '{target}' --records {args.records}")
+    results = tune(model, target, args.work_dir, args.trials, rpc=args.rpc, key=args.key, workers=args.workers,
+                   plans=not args.no_plans, progress=show_progress(None))
+    print(f"tuned {name} for '{target}': {len(results)} distinct NPU operators, records in {args.work_dir}")
+    for r in results:
+        print(f"  {r.name:<60s} x{r.calls}  {r.trials:>4d}/{r.space:<5d} measured  {r.speedup:.3f}x "
+              f"over the cost model's tile")
+    if results:
+        speedups = [r.speedup for r in results]
+        print(f"best measured tile against the cost model's choice: geomean {statistics.geometric_mean(speedups):.3f}x,"
+              f" largest {max(speedups):.3f}x")
+    print(f"apply with: {PROG} compile {args.model} --target '{target}' --database {args.work_dir} -o OUT.so")
     return 0
 
 

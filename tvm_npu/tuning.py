@@ -1,155 +1,558 @@
-"""Autotuning with records and best-of replay, the way TVM users tune.
+"""Autotuning the TVM way: meta_schedule tasks over the NPU templates, measured on the simulator.
 
-``tune(model, target, records)`` measures, for every distinct NPU operator of the
-model, a set of candidate tiles on the simulator (timing-only: cycles are
-deterministic, so one measurement per candidate suffices) and appends one JSON line
-per measurement to ``records``. ``build(model, target, records=...)`` then replays
-the best measured tile of every operator signature recorded for the same target.
+Two levels, one work directory:
 
-Candidates: the cost model's shortlist (its best by estimated speed and by DRAM
-traffic) plus a seeded random sample of the remaining legal tiles, so the tuner can
-find what the model misjudges. Records are plain JSON lines (never pickle), checked
-on load; a malformed line is an error that names the file and line.
+* **Operators** (this module). Every distinct NPU operator of the model's plans (by
+  :func:`~tvm_npu.ops.spec_key`) is a meta_schedule task. Its workload is the template's TE
+  definition, tagged with the operator spec and the NPU target (so records of another target never
+  match). The design space samples every template parameter with ``sample_categorical``, restricted
+  to the values legal tiles take (``sample_perfect_tile`` draws exact divisors only, while the
+  templates let edge tiles overhang, so tile extents are categorical too), pipeline stages 2 and 3
+  included; a postprocessor rejects combinations that are not a legal tile (SRAM budget, admissible
+  loop order). The sampled parameters are block annotations of the candidate, which the builder (our
+  template + codegen, in worker processes) compiles into an artifact; the runner simulates it
+  (``tvm_npu.measure``: local workers or TVM's RPC tracker) and returns simulated seconds as
+  ``run_secs``. Records go to meta_schedule's ``JSONDatabase``; the search is its evolutionary
+  search with the ``xgb`` cost model. The model reads features of our own (the template parameters
+  and the analytic cost model's breakdown) rather than TVM's per-store features: an NPU operator's
+  cost is decided by those parameters, and the loops of the candidate's TIR do not show them.
+  Before searching, the cost model's own tile of every task is measured and recorded, so the search
+  starts from it and tuning can never make an operator slower.
+* **Plans** (:mod:`tvm_npu.plan_search`): layer-group boundaries, slice counts and fusion per
+  partition, measured as whole partitions, recorded in the same directory.
+
+``build(model, target, database=DIR)`` applies both: the best measured tile per operator signature and
+the winning plan per partition, for that target only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import os
 import random
-from collections.abc import Iterable, Mapping
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-from tqdm import tqdm
+import numpy as np
+import tvm
+from tvm import s_tir, tirx
 
-from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.ops import OpSpec, spec_key
-from tvm_npu.simulator import Simulator
+from tvm_npu.plan import spec_from_json, spec_to_json
 from tvm_npu.tiles import TileParams, tile_from_json, tile_to_json
 from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules.kind import kind_of
 
-RECORD_VERSION = 1
+#: Workload attributes: the operator, its signature and the NPU target (``str(NpuTarget)``).
+SPEC_ATTR, KEY_ATTR, TARGET_ATTR = "npu.spec", "npu.key", "npu.target"
+#: Version of the design space; a change in how decisions map to tiles changes every workload.
+SPACE_VERSION = 1
+SPACE_ATTR = "npu.space"
+#: Prefix of the candidate's annotations that carry the template parameters.
+ANNOTATION = "npu.tile."
+#: Pipeline stages the space offers (1, no double buffering, never beats 2 on this machine).
+STAGES = (2, 3)
+#: meta_schedule's database files in a work directory.
+WORKLOAD_FILE, RECORD_FILE = "database_workload.json", "database_tuning_record.json"
+#: A failed measurement's run_secs in meta_schedule's records.
+FAILED_SECS = 1e9
 
 
+def ms_target(target: NpuTarget) -> tvm.target.Target:
+    """The meta_schedule target of an NPU target: TVM's external-device kind, the NPU target as model."""
+    return tvm.target.Target({"kind": "ext_dev", "keys": ["npu"], "model": str(target)})
+
+
+# --------------------------------------------------------------------------- tasks
 @dataclass(frozen=True)
-class Record:
-    """One measurement: an operator signature, a tile and its simulated cycles on a target."""
+class Task:
+    """One distinct NPU operator of a model: what a meta_schedule task tunes."""
 
-    target: str
-    spec_key: str
-    tile: TileParams
-    cycles: int
-    predicted: float
+    key: str  # spec_key: what the plan stage looks tuned tiles up by
+    spec: OpSpec
+    calls: int  # how often the model runs it (the task's weight)
 
-    def to_json(self) -> dict:
-        return {"version": RECORD_VERSION, "target": self.target, "spec": self.spec_key,
-                "tile": tile_to_json(self.tile), "cycles": self.cycles, "predicted": self.predicted}
+    @property
+    def name(self) -> str:
+        return f"{kind_of(self.spec).name}:{kind_of(self.spec).describe(self.spec)}"
 
 
-def load_records(path: str | Path) -> list[Record]:
-    """Read a records file; raises ValueError naming the line of anything malformed."""
-    path = Path(path)
-    records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+def extract_tasks(plans: Sequence) -> list[Task]:
+    """The distinct operators of ``plans`` (``PartitionPlan``s), weighted by how often each runs."""
+    calls: Counter[str] = Counter()
+    first: dict[str, OpSpec] = {}
+    for plan in plans:
+        for op in plan.ops:
+            key = spec_key(op.spec)
+            calls[key] += 1
+            first.setdefault(key, op.spec)
+    return [Task(k, first[k], calls[k]) for k in first]
+
+
+def workload(task: Task, target: NpuTarget) -> tvm.IRModule:
+    """The task's workload: the template's definition at the cost model's tile, tagged with the
+    spec and the target (two targets never share a record)."""
+    tile = planner.choose(task.spec, target.hw, target.options)
+    func = kind_of(task.spec).workload(task.spec, tile)
+    func = func.with_attrs({SPEC_ATTR: spec_to_json(task.spec), KEY_ATTR: task.key, TARGET_ATTR: str(target),
+                            SPACE_ATTR: SPACE_VERSION, "global_symbol": "main"})
+    return tvm.IRModule({"main": func})
+
+
+def _task_of(func: tirx.PrimFunc) -> tuple[OpSpec, NpuTarget]:
+    return _spec(str(func.attrs[SPEC_ATTR])), parse_target(str(func.attrs[TARGET_ATTR]))
+
+
+@cache
+def _spec(text: str) -> OpSpec:
+    return spec_from_json(text)
+
+
+# --------------------------------------------------------------------------- space
+@dataclass(frozen=True)
+class TileSpace:
+    """The legal tiles of one operator on one target and how decisions encode them.
+
+    Each tile field is one decision: integers by value, enums by their index in the enum, tuples
+    (elementwise tile shapes) by their index in the sorted list of values legal tiles take.
+    """
+
+    tiles: tuple[TileParams, ...]
+    choices: dict[str, tuple]  # field -> the values legal tiles take (decoded)
+
+    @property
+    def legal(self) -> frozenset[TileParams]:
+        return frozenset(self.tiles)
+
+    def encoded(self, field: str) -> list[int]:
+        return [self.encode(field, v) for v in self.choices[field]]
+
+    def encode(self, field: str, value: object) -> int:
+        if isinstance(value, bool | int):
+            return int(value)
+        if hasattr(value, "value") and hasattr(type(value), "__members__"):  # an enum
+            return list(type(value)).index(value)
+        return self.choices[field].index(value)
+
+    def decode(self, values: Mapping[str, int]) -> TileParams:
+        kw = {}
+        for field, options in self.choices.items():
+            code = values[field]
+            sample = options[0]
+            if isinstance(sample, bool | int):
+                kw[field] = code
+            elif hasattr(type(sample), "__members__"):
+                kw[field] = list(type(sample))[code]
+            else:
+                kw[field] = options[code]
+        return type(self.tiles[0])(**kw)
+
+
+@cache
+def tile_space(spec_text: str, target_text: str) -> TileSpace:
+    """Every legal tile of an operator over the pipeline depths in :data:`STAGES`."""
+    spec, npu = _spec(spec_text), parse_target(target_text)
+    tiles: dict[TileParams, None] = {}
+    for stages in STAGES:
+        opts = dataclasses.replace(npu.options, pipeline_stages=stages)
+        tiles.update((t, None) for t, _ in planner.legal(spec, npu.hw, opts))
+    if not tiles:
+        raise planner.NoTileFits(f"no legal tile for {spec.name} within {npu.hw.max_sram_bytes} SRAM bytes")
+    fields = [f.name for f in dataclasses.fields(next(iter(tiles)))]
+    choices = {f: tuple(sorted({getattr(t, f) for t in tiles}, key=_order_key)) for f in fields}
+    return TileSpace(tuple(tiles), choices)
+
+
+def _order_key(v: object) -> object:
+    return list(type(v)).index(v) if hasattr(type(v), "__members__") else v
+
+
+def space_of(func: tirx.PrimFunc) -> TileSpace:
+    return tile_space(str(func.attrs[SPEC_ATTR]), str(func.attrs[TARGET_ATTR]))
+
+
+def design_space(sch: s_tir.Schedule) -> None:
+    """meta_schedule's ``ScheduleFn``: one ``sample_categorical`` per template parameter with more
+    than one legal value, each recorded as an annotation of the root block (what the builder reads)."""
+    space = space_of(sch.mod["main"])
+    root = sch.get_sblock("root")
+    for field in space.choices:
+        codes = space.encoded(field)
+        if len(codes) == 1:
+            sch.annotate(root, ANNOTATION + field, codes[0])
+        else:
+            rv = sch.sample_categorical(codes, [1.0 / len(codes)] * len(codes))
+            sch.annotate(root, ANNOTATION + field, rv)
+
+
+def tile_of(mod: tvm.IRModule) -> TileParams:
+    """The tile a candidate (the workload with the space's annotations) stands for."""
+    func = mod["main"]
+    annotations = func.body.block.annotations
+    values = {k[len(ANNOTATION):]: int(v) for k, v in annotations.items() if str(k).startswith(ANNOTATION)}
+    return space_of(func).decode(values)
+
+
+def trace_for(mod: tvm.IRModule, tile: TileParams) -> s_tir.Trace:
+    """A trace of :func:`design_space` on ``mod`` whose decisions select ``tile``."""
+    space = space_of(mod["main"])
+    sch = s_tir.Schedule(mod)
+    design_space(sch)
+    trace = sch.trace
+    field_of = {inst.inputs[1]: str(inst.attrs[0])[len(ANNOTATION):]
+                for inst in trace.insts if inst.kind.name == "Annotate"}
+    for inst in trace.insts:
+        if inst.kind.name == "SampleCategorical":
+            field = field_of[inst.outputs[0]]
+            code = space.encode(field, getattr(tile, field))
+            trace = trace.with_decision(inst, space.encoded(field).index(code), remove_postproc=True)
+    return trace
+
+
+# ----------------------------------------------------- meta_schedule components
+def _components():
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.feature_extractor import PyFeatureExtractor
+    from tvm.s_tir.meta_schedule.mutator import PyMutator
+    from tvm.s_tir.meta_schedule.postproc import PyPostproc
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    @derived_object
+    class LegalTile(PyPostproc):
+        """Rejects a sampled combination of parameters that is not a legal tile."""
+
+        def _initialize_with_tune_context(self, context) -> None:
+            pass
+
+        def apply(self, sch: s_tir.Schedule) -> bool:
+            try:
+                return tile_of(sch.mod) in space_of(sch.mod["main"]).legal
+            except (TypeError, ValueError, KeyError, IndexError):
+                return False
+
+        def clone(self) -> LegalTile:
+            return LegalTile()
+
+    @derived_object
+    class MutateParameter(PyMutator):
+        """Re-draws one template parameter (meta_schedule's own mutators change tile-size splits,
+        unrolling, parallelism and compute locations, none of which this space has)."""
+
+        def __init__(self, seed: int = 0) -> None:
+            super().__init__()
+            self.rng = random.Random(seed)
+
+        def _initialize_with_tune_context(self, context) -> None:
+            self.rng = random.Random(int(context.rand_state))
+
+        def apply(self, trace: s_tir.Trace, _) -> s_tir.Trace | None:
+            sampled = [i for i in trace.insts if i.kind.name == "SampleCategorical"]
+            if not sampled:
+                return None
+            inst = self.rng.choice(sampled)
+            n = len(inst.attrs[0])
+            old = int(trace.decisions[inst])
+            new = self.rng.choice([i for i in range(n) if i != old])
+            return trace.with_decision(inst, new, remove_postproc=True)
+
+        def clone(self) -> MutateParameter:
+            return MutateParameter(self.rng.randrange(1 << 30))
+
+    @derived_object
+    class TileFeatures(PyFeatureExtractor):
+        """Per candidate: the tile's parameters and the analytic cost model's breakdown of it."""
+
+        def extract_from(self, context, candidates) -> list:
+            return [tvm.runtime.tensor(np.asarray([features(c.sch.mod)], dtype="float32")) for c in candidates]
+
+    @derived_object
+    class NpuBuilder(PyBuilder):
+        """Compiles candidates with the template and the codegen, in ``workers`` processes."""
+
+        def __init__(self, workers: int | None = None, timeout_sec: float = 600.0, out_dir: str | None = None) -> None:
+            super().__init__()
+            self.workers = workers or os.cpu_count() or 1
+            self.timeout_sec = timeout_sec
+            self.out_dir = out_dir
+
+        def build(self, build_inputs: list) -> list:
+            results: list = [None] * len(build_inputs)
+            jobs = []
+            for i, inp in enumerate(build_inputs):
+                try:
+                    func = inp.mod["main"]
+                    jobs.append((i, (str(func.attrs[SPEC_ATTR]), json.dumps(tile_to_json(tile_of(inp.mod))),
+                                     str(func.attrs[TARGET_ATTR]), self.out_dir)))
+                except (TypeError, ValueError, KeyError, IndexError) as e:
+                    results[i] = BuilderResult(None, f"NpuBuilder: malformed candidate: {e}")
+            pool = PopenPoolExecutor(max_workers=min(self.workers, max(1, len(jobs))), timeout=self.timeout_sec)
+            try:
+                for (i, _), res in zip(jobs, pool.map_with_error_catching(lambda a: build_candidate(*a),
+                                                                          [a for _, a in jobs]), strict=True):
+                    if res.status == StatusKind.COMPLETE:
+                        results[i] = BuilderResult(res.value, None)
+                    elif res.status == StatusKind.TIMEOUT:
+                        results[i] = BuilderResult(None, f"NpuBuilder: timeout after {self.timeout_sec} s")
+                    else:
+                        results[i] = BuilderResult(None, f"NpuBuilder: {res.value}")
+            finally:
+                pool.shutdown()
+            return results
+
+    return LegalTile, MutateParameter, TileFeatures, NpuBuilder
+
+
+def build_candidate(spec_text: str, tile_text: str, target_text: str, out_dir: str | None) -> str:
+    """Compile one operator with one tile into an artifact file (runs in a builder worker)."""
+    from tvm_npu.artifact import Artifact
+    from tvm_npu.codegen.operator import standalone_program
+    from tvm_npu.measure import write_artifact
+    from tvm_npu.views import without_views
+
+    spec, tile, npu = _spec(spec_text), tile_from_json(json.loads(tile_text)), parse_target(target_text)
+    program, _ = standalone_program(spec, tile, npu.hw)
+    bare = without_views(spec)
+    blob = Artifact.pack(spec.name, str(npu), [t.name for t in bare.inputs], [bare.out.name], [], program)
+    return write_artifact(blob, out_dir)
+
+
+#: Width of :func:`features` (meta_schedule's XGB model stacks every task's rows in one matrix).
+N_FEATURES = 18
+_KINDS = ("conv2d", "matmul", "pool", "elementwise", "rowwise")
+
+
+def features(mod: tvm.IRModule) -> list[float]:
+    """The analytic model's view of a candidate: log2 of its predicted cycles and their parts, DRAM
+    bytes moved and wasted, SRAM share, steps, plus stages, loop order, engine and operator kind."""
+    func = mod["main"]
+    spec, npu = _task_of(func)
+    tile = tile_of(mod)
+    return list(_features(spec, tile, npu))
+
+
+@cache
+def _features(spec: OpSpec, tile: TileParams, npu: NpuTarget) -> tuple[float, ...]:
+    kind = kind_of(spec)
+    est = planner.estimate(spec, tile, npu.hw)
+    lg = [math.log2(1 + x) for x in (est.cycles, est.tensor_cycles, est.vector_cycles, est.load_cycles,
+                                      est.store_cycles, est.channel_cycles, est.dram_bytes, est.wasted_bytes,
+                                      kind.step_count(spec, tile), kind.outer_count(spec, tile))]
+    order = getattr(tile, "order", None)
+    engine = getattr(tile, "engine", None)
+    row = [*lg, est.sram_bytes / npu.hw.max_sram_bytes, float(tile.stages),
+           float(order is not None and order.value == "b"), float(engine is not None and engine.value == "vector"),
+           *(float(kind.name == k) for k in _KINDS[:4])]
+    assert len(row) == N_FEATURES
+    return tuple(row)
+
+
+# --------------------------------------------------------------------------- database
+def open_database(work_dir: str | os.PathLike, *, create: bool = True):
+    """meta_schedule's ``JSONDatabase`` in ``work_dir``, checked first: a last line cut short by an
+    interrupted run is dropped (with a warning); any other malformed line is a ``ValueError`` naming it."""
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    folder = Path(work_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a tuning work directory: tuning records of the old "
+                         f"one-file format are no longer read; tune again with 'tvm-npu tune MODEL --work-dir DIR'")
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    elif not folder.is_dir():
+        raise FileNotFoundError(f"tuning work directory {str(folder)!r} does not exist")
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        _check_lines(folder / name)
+    return JSONDatabase(str(folder / WORKLOAD_FILE), str(folder / RECORD_FILE), allow_missing=create,
+                        module_equality="structural")
+
+
+def _check_lines(path: Path) -> None:
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    for n, line in enumerate(lines, start=1):
         try:
-            d = json.loads(line)
-            if d.get("version") != RECORD_VERSION:
-                raise ValueError(f"record version {d.get('version')!r}, expected {RECORD_VERSION}")
-            records.append(Record(str(d["target"]), str(d["spec"]), tile_from_json(d["tile"]), int(d["cycles"]),
-                                  float(d["predicted"])))
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{lineno}: malformed tuning record ({e})") from None
-    return records
-
-
-def best_tiles(records: Iterable[Record], target: str | NpuTarget) -> dict[str, TileParams]:
-    """Best-of replay: the fastest measured tile per operator signature, for ``target`` only."""
-    want = str(parse_target(target))
-    best: dict[str, Record] = {}
-    for r in records:
-        if str(parse_target(r.target)) != want:
-            continue
-        if r.spec_key not in best or r.cycles < best[r.spec_key].cycles:
-            best[r.spec_key] = r
-    return {k: r.tile for k, r in best.items()}
-
-
-def measure(spec: OpSpec, tile: TileParams, target: NpuTarget) -> int:
-    """Simulated cycles of one operator compiled with ``tile`` (the real codegen, timing-only)."""
-    program, _ = standalone_program(spec, tile, target.hw)
-    return Simulator(target.hw).run(program, timing_only=True).stats.total_cycles
-
-
-def _candidates(spec: OpSpec, target: NpuTarget, trials: int, seed: int) -> list[TileParams]:
-    """The cost model's choice first (so every tuning run measures what an untuned build
-    gets), then its shortlist, then a seeded sample of the other legal tiles."""
-    chosen = planner.choose(spec, target.hw, target.options)
-    ranked = [chosen, *(t for t in planner.shortlist(spec, target.hw, target.options) if t != chosen)]
-    legal = [t for t, _ in planner.legal(spec, target.hw, target.options)]
-    rest = [t for t in legal if t not in ranked]
-    random.Random(seed).shuffle(rest)
-    return (ranked + rest)[:trials]
-
-
-def tune_specs(specs: Iterable[OpSpec], target: str | NpuTarget, records: str | Path, trials: int = 16,
-               seed: int = 0, progress: bool = True) -> list[Record]:
-    """Measure up to ``trials`` tiles per distinct operator and append the records."""
-    npu = parse_target(target)
-    unique: dict[str, OpSpec] = {}
-    for s in specs:
-        unique.setdefault(spec_key(s), s)
-    path = Path(records)
-    done = {(r.spec_key, json.dumps(tile_to_json(r.tile), sort_keys=True))
-            for r in (load_records(path) if path.exists() else []) if str(parse_target(r.target)) == str(npu)}
-    out = []
-    with path.open("a") as f:
-        for key, spec in tqdm(unique.items(), desc="tuning", unit="op", disable=not progress):
-            for tile in _candidates(spec, npu, trials, seed):
-                if (key, json.dumps(tile_to_json(tile), sort_keys=True)) in done:
-                    continue  # resuming: already measured
-                rec = Record(str(npu), key, tile, measure(spec, tile, npu), planner.estimate(spec, tile, npu.hw).cycles)
-                f.write(json.dumps(rec.to_json()) + "\n")
-                f.flush()  # an interrupted run keeps what it measured
-                out.append(rec)
-    return out
+            if line.strip():
+                json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines) and not line.endswith("\n"):
+                warnings.warn(f"{path}:{n}: dropping a record cut short by an interrupted run", stacklevel=3)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text("".join(lines[:-1]))
+                os.replace(tmp, path)
+                return
+            raise ValueError(f"{path}:{n}: malformed tuning database line") from None
 
 
 @dataclass(frozen=True)
-class Gain:
-    """What tuning bought on one operator signature: measured cycles of the cost model's
-    tile against the best measured tile."""
+class Best:
+    """The best measured tile of one operator signature."""
 
-    spec_key: str
-    default_cycles: int
-    best_cycles: int
+    key: str
+    tile: TileParams
+    seconds: float
+    trials: int  # successful measurements of this operator
+
+
+def best_records(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, Best]:
+    """Per operator signature, the fastest measured tile for ``target`` (records of other targets are
+    ignored, with a warning when the directory holds none for this one)."""
+    npu = parse_target(target)
+    db = open_database(work_dir, create=False)
+    best: dict[str, Best] = {}
+    counts: Counter[str] = Counter()
+    others: set[str] = set()
+    for rec in db.get_all_tuning_records():
+        func = rec.workload.mod["main"]
+        if func.attrs is None or TARGET_ATTR not in func.attrs or int(func.attrs.get(SPACE_ATTR, 0)) != SPACE_VERSION:
+            continue
+        if str(func.attrs[TARGET_ATTR]) != str(npu):
+            others.add(str(func.attrs[TARGET_ATTR]))
+            continue
+        secs = [float(s) for s in rec.run_secs] if rec.run_secs is not None else []
+        if not secs or min(secs) >= FAILED_SECS:
+            continue
+        key = str(func.attrs[KEY_ATTR])
+        counts[key] += 1
+        sch = s_tir.Schedule(rec.workload.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=True)
+        tile = tile_of(sch.mod)
+        if key not in best or min(secs) < best[key].seconds:
+            best[key] = Best(key, tile, min(secs), 0)
+    if not best and others:
+        warnings.warn(f"tuning database {work_dir} holds records for {sorted(others)}, not for '{npu}': "
+                      f"ignored", stacklevel=2)
+    return {k: dataclasses.replace(b, trials=counts[k]) for k, b in best.items()}
+
+
+def best_tiles(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, TileParams]:
+    """What ``build(..., database=work_dir)`` replays: the best measured tile per operator signature."""
+    return {k: b.tile for k, b in best_records(work_dir, target).items()}
+
+
+# --------------------------------------------------------------------------- tuning
+@dataclass(frozen=True)
+class TaskResult:
+    """What tuning bought on one operator: the cost model's tile measured against the best found."""
+
+    name: str
+    key: str
+    calls: int
+    default_seconds: float
+    best_seconds: float
+    trials: int
+    space: int  # legal tiles in the design space
 
     @property
     def speedup(self) -> float:
-        return self.default_cycles / self.best_cycles
+        return self.default_seconds / self.best_seconds
 
 
-def gains(specs: Iterable[OpSpec], target: str | NpuTarget, records: Iterable[Record]) -> list[Gain]:
-    """Per distinct operator of ``specs`` whose default tile was measured: default vs best cycles."""
-    npu = parse_target(target)
-    measured: dict[str, dict[str, int]] = {}
-    for r in records:
-        if str(parse_target(r.target)) == str(npu):
-            measured.setdefault(r.spec_key, {})[json.dumps(tile_to_json(r.tile), sort_keys=True)] = r.cycles
+def _commit_defaults(tasks: Sequence[Task], mods: Sequence[tvm.IRModule], npu: NpuTarget, db, builder,
+                     runner) -> dict[str, float]:
+    """Measure the cost model's tile of every task not yet in ``db`` and record it; secs per key."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    target = ms_target(npu)
+    todo = []
+    for task, mod in zip(tasks, mods, strict=True):
+        tile = planner.choose(task.spec, npu.hw, npu.options)
+        trace = trace_for(mod, tile)
+        sch = s_tir.Schedule(mod)
+        trace.apply_to_schedule(sch, remove_postproc=False)
+        todo.append((task, mod, trace, sch.mod))
+    built = builder.build([BuilderInput(m, target) for *_, m in todo])
+    ok = [(t, b) for t, b in zip(todo, built, strict=True) if b.error_msg is None]
+    futures = runner.run([RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(t[1]["main"])) for t, b in ok])
     out = {}
-    for spec in specs:
-        key = spec_key(spec)
-        cycles = measured.get(key, {})
-        default = json.dumps(tile_to_json(planner.choose(spec, npu.hw, npu.options)), sort_keys=True)
-        if key not in out and default in cycles:
-            out[key] = Gain(key, cycles[default], min(cycles.values()))
-    return list(out.values())
+    for ((task, mod, trace, _), b), fut in zip(ok, futures, strict=True):
+        res = fut.result()
+        Path(b.artifact_path).unlink(missing_ok=True)
+        if res.error_msg is not None:
+            warnings.warn(f"measuring the cost model's tile of {task.name} failed: {res.error_msg}", stacklevel=2)
+            continue
+        secs = [float(s) for s in res.run_secs]
+        db.commit_tuning_record(TuningRecord(trace, db.commit_workload(mod), secs, target,
+                                             ArgInfo.from_prim_func(mod["main"])))
+        out[task.key] = min(secs)
+    return out
 
 
-def tiles_for(records: str | Path | None, target: str | NpuTarget) -> Mapping[str, TileParams] | None:
-    """The tiles ``build(..., records=...)`` replays (None when no records are given)."""
-    if records is None:
-        return None
-    return best_tiles(load_records(records), target)
+def tune(
+    model: object,
+    target: str | NpuTarget,
+    work_dir: str | os.PathLike,
+    trials: int = 64,
+    *,
+    params: Mapping | None = None,
+    rpc: str | None = None,
+    key: str = "npu-sim",
+    workers: int | None = None,
+    trials_per_iter: int = 16,
+    plans: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[TaskResult]:
+    """Tune ``model`` for ``target`` with meta_schedule; records go to ``work_dir`` (see the module
+    docstring). ``trials`` is meta_schedule's global trial budget for the operator tasks;
+    ``rpc="HOST:PORT"`` measures on the servers registered with that tracker under ``key``
+    (``python -m tvm_npu.rpc_server``), else ``workers`` local processes (default: one per core).
+    ``plans`` also searches the plans of the model's partitions (:mod:`tvm_npu.plan_search`)."""
+    import tvm.s_tir.meta_schedule as ms
+
+    from tvm_npu.driver import plan_model
+    from tvm_npu.measure import NpuLocalRunner, rpc_runner
+
+    npu = parse_target(target)
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    plan_list = plan_model(model, npu, params=params)
+    tasks = extract_tasks(plan_list)
+    if not tasks:
+        raise ValueError("the model has no NPU operators to tune")
+    db = open_database(work_dir)
+    runner = rpc_runner(rpc, key) if rpc else NpuLocalRunner(workers)
+    LegalTile, MutateParameter, TileFeatures, NpuBuilder = _components()
+    builder = NpuBuilder(workers)
+    mods = [workload(t, npu) for t in tasks]
+    known = best_records(work_dir, npu)
+    defaults = {k: b.seconds for k, b in known.items()}
+    missing = [(t, m) for t, m in zip(tasks, mods, strict=True) if t.key not in known]
+    if missing:
+        defaults.update(_commit_defaults([t for t, _ in missing], [m for _, m in missing], npu, db, builder, runner))
+    contexts = [
+        ms.TuneContext(
+            mod=mod, target=ms_target(npu), task_name=task.name, rand_state=seed + 1 + i, num_threads=1,
+            space_generator=ms.space_generator.ScheduleFn(
+                design_space, sch_rules=[], postprocs=[LegalTile()], mutator_probs={MutateParameter(seed + i): 1.0}),
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=64, init_measured_ratio=0.25, init_min_unmeasured=8, max_fail_count=8,
+                genetic_num_iters=3, genetic_mutate_prob=0.85, genetic_max_fail_count=8, eps_greedy=0.1),
+        )
+        for i, (task, mod) in enumerate(zip(tasks, mods, strict=True))
+    ]
+    cost_model = ms.cost_model.XGBModel(extractor=TileFeatures(), num_warmup_samples=8, verbose_eval=0,
+                                        adaptive_training=False)
+    ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t in tasks], work_dir=str(work_dir),
+                  max_trials_global=trials, num_trials_per_iter=trials_per_iter, builder=builder, runner=runner,
+                  database=db, cost_model=cost_model, task_scheduler="gradient")
+    if plans:
+        from tvm_npu.plan_search import search
+
+        search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
+               progress=progress)
+    best = best_records(work_dir, npu)
+    return [TaskResult(t.name, t.key, t.calls, defaults.get(t.key, math.nan), best[t.key].seconds,
+                       best[t.key].trials, len(tile_space(spec_to_json(t.spec), str(npu)).tiles))
+            for t in tasks if t.key in best]

@@ -1,77 +1,146 @@
-"""Tuning records, best-of replay, and the planner's budgets."""
+"""meta_schedule tuning: the design space, the database, replay at build time; and the planner's budgets."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
 from helpers import conv, matmul
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tvm import s_tir
 from tvm_npu.tir_schedules import planner
 
 import tvm_npu
+from tvm_npu import tuning
 from tvm_npu.config import CompilerOptions, HardwareConfig, parse_target
+from tvm_npu.measure import measure_artifact
 from tvm_npu.models import tiny_convnet
+from tvm_npu.ops import spec_key
 from tvm_npu.tiles import tile_to_json
-from tvm_npu.tuning import best_tiles, load_records, measure, tune_specs
+
+SPECS = [conv(32, 32, 16, k=3, pad=1, epi=("bias", "relu")), conv(32, 64, 16, k=1, stride=2),
+         conv(32, 32, 14, k=3, pad=1, groups=32), matmul(4, 64, 96)]
+
+
+def _workload(spec, target: str = "npu"):
+    return tuning.workload(tuning.Task(spec_key(spec), spec, 1), parse_target(target))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["conv3x3", "conv1x1s2", "depthwise", "matmul"])
+def test_every_legal_tile_is_one_point_of_the_design_space(spec) -> None:
+    mod = _workload(spec)
+    space = tuning.space_of(mod["main"])
+    assert {t.stages for t in space.tiles} == set(tuning.STAGES)  # pipeline depth is searched too
+    for tile in space.tiles:  # the decisions that select a tile replay to exactly that tile
+        sch = s_tir.Schedule(mod)
+        tuning.trace_for(mod, tile).apply_to_schedule(sch, remove_postproc=True)
+        assert tuning.tile_of(sch.mod) == tile
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(1, 2**30))
+def test_sampled_points_are_legal_or_rejected_by_the_postprocessor(seed: int) -> None:
+    mod = _workload(SPECS[0], "npu -max-sram-bytes=65536")
+    space = tuning.space_of(mod["main"])
+    sch = s_tir.Schedule(mod, seed=seed)
+    tuning.design_space(sch)
+    tile = tuning.tile_of(sch.mod)
+    legal_tile = tile in space.legal
+    fits = planner.footprint(SPECS[0], tile, HardwareConfig(max_sram_bytes=65536)) <= 65536
+    assert legal_tile <= fits  # what the postprocessor accepts always fits the SRAM
+    LegalTile = tuning._components()[0]
+    assert LegalTile().apply(sch) == legal_tile
+
+
+def test_a_candidate_is_measured_as_the_simulator_times_it() -> None:
+    spec = SPECS[0]
+    npu = parse_target("npu")
+    tile = planner.choose(spec, npu.hw, npu.options)
+    path = tuning.build_candidate(tvm_npu.plan.spec_to_json(spec), json.dumps(tile_to_json(tile)), str(npu), None)
+    from tvm_npu.codegen.operator import standalone_program
+    from tvm_npu.simulator import Simulator
+
+    program, _ = standalone_program(spec, tile, npu.hw)
+    cycles = Simulator(npu.hw).run(program, timing_only=True).stats.total_cycles
+    assert measure_artifact(path) == pytest.approx(npu.hw.cycles_to_seconds(cycles), rel=1e-12)
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tune") / "records.json"
-    tvm_npu.tune(tiny_convnet(), "npu", path, trials=6, progress=False)
-    return path
+def work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+    path = tmp_path_factory.mktemp("tune")
+    results = tvm_npu.tune(tiny_convnet(), "npu", path, trials=12, plans=False, workers=2, progress=False)
+    return path, results
 
 
-def test_records_are_json_lines_with_measured_cycles(records: Path) -> None:
-    lines = records.read_text().splitlines()
-    assert lines
-    recs = load_records(records)
-    assert len(recs) == len(lines)
-    target = parse_target("npu")
-    keys = {r.spec_key for r in recs}
-    assert len(keys) >= 4  # every distinct NPU operator of the model was tuned
-    for r in recs[:5]:  # a record's cycles are what the simulator measures for that tile
-        spec = next(s for s in tvm_npu.npu_operators(tiny_convnet(), "npu") if _key(s) == r.spec_key)
-        assert r.cycles == measure(spec, r.tile, target)
+def test_tuning_writes_meta_schedules_json_database(work_dir: tuple[Path, list]) -> None:
+    path, results = work_dir
+    assert (path / tuning.WORKLOAD_FILE).is_file() and (path / tuning.RECORD_FILE).is_file()
+    db = tuning.open_database(path, create=False)
+    records = db.get_all_tuning_records()
+    assert len(records) >= len(results) >= 4  # every distinct operator has at least its default measured
+    for rec in records[:6]:  # a record's run_secs are what the simulator measures for its tile
+        sch = s_tir.Schedule(rec.workload.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=True)
+        func = rec.workload.mod["main"]
+        tile = json.dumps(tile_to_json(tuning.tile_of(sch.mod)))
+        built = tuning.build_candidate(str(func.attrs[tuning.SPEC_ATTR]), tile, str(func.attrs[tuning.TARGET_ATTR]),
+                                       None)
+        assert measure_artifact(built) == pytest.approx(float(rec.run_secs[0]), rel=1e-9)
 
 
-def _key(spec):
-    from tvm_npu.ops import spec_key
+def test_tuning_never_loses_to_the_cost_model(work_dir: tuple[Path, list]) -> None:
+    _, results = work_dir
+    assert all(r.best_seconds <= r.default_seconds for r in results)
+    assert sum(r.trials for r in results) > len(results)  # the search measured more than the defaults
 
-    return spec_key(spec)
 
-
-def test_best_of_replay_builds_with_the_fastest_tiles(records: Path, tmp_path: Path) -> None:
-    recs = load_records(records)
-    best = best_tiles(recs, "npu")
-    for key, tile in best.items():
-        assert min(r.cycles for r in recs if r.spec_key == key) == next(
-            r.cycles for r in recs if r.spec_key == key and r.tile == tile)
+def test_build_with_the_database_compiles_the_best_tiles(work_dir: tuple[Path, list], tmp_path: Path) -> None:
+    path, _ = work_dir
+    best = tuning.best_tiles(path, "npu")
     dump = tmp_path / "dump"
-    tvm_npu.build(tiny_convnet(), "npu", records=str(records), dump_dir=dump)
+    _, info = tvm_npu.build_with_info(tiny_convnet(), "npu", database=path, dump_dir=dump)
     used = {p.read_text().splitlines()[1] for p in dump.glob("*.0_spec.txt")}
-    assert {str(t) for t in best.values()} <= used  # the replayed tiles are the ones compiled
+    assert {str(t) for t in best.values()} <= used
+    assert info.tuned_ops == sum(len(p.ops) for p in info.plans)  # every operator has a record
 
 
-def test_records_for_another_target_are_ignored(records: Path) -> None:
-    assert best_tiles(load_records(records), "npu -max-sram-bytes=262144") == {}
+def test_a_database_of_another_target_is_ignored_with_a_warning(work_dir: tuple[Path, list]) -> None:
+    path, _ = work_dir
+    with pytest.warns(UserWarning, match="not for 'npu -max-sram-bytes=262144"):
+        assert tuning.best_tiles(path, "npu -max-sram-bytes=262144") == {}
 
 
-def test_tuning_resumes_without_remeasuring(records: Path) -> None:
-    before = records.read_text()
-    added = tune_specs(tvm_npu.npu_operators(tiny_convnet(), "npu"), "npu", records, trials=6, progress=False)
-    assert added == [] and records.read_text() == before
+def test_a_record_cut_short_is_dropped_and_other_damage_is_named(work_dir: tuple[Path, list], tmp_path: Path) -> None:
+    path, _ = work_dir
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in (tuning.WORKLOAD_FILE, tuning.RECORD_FILE):
+        (copy / name).write_text((path / name).read_text())
+    records = copy / tuning.RECORD_FILE
+    good = records.read_text()
+    records.write_text(good + good.splitlines()[0][:40])  # an interrupted append
+    with pytest.warns(UserWarning, match="cut short"):
+        assert tuning.best_tiles(copy, "npu") == tuning.best_tiles(path, "npu")
+    assert records.read_text() == good
+    lines = good.splitlines()
+    records.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(ValueError, match=r"database_tuning_record.json:2: malformed"):
+        tuning.best_tiles(copy, "npu")
 
 
-@pytest.mark.parametrize("line", ['{"version": 1}', "not json", json.dumps({"version": 99, "target": "npu"})])
-def test_malformed_records_name_the_line(tmp_path: Path, line: str) -> None:
-    path = tmp_path / "bad.json"
-    good = {"version": 1, "target": "npu", "spec": "x", "cycles": 1, "predicted": 1.0,
-            "tile": tile_to_json(planner.choose(matmul(8, 8, 8), HardwareConfig(), CompilerOptions()))}
-    path.write_text(json.dumps(good) + "\n" + line + "\n")
-    with pytest.raises(ValueError, match=r"bad.json:2"):
-        load_records(path)
+def test_an_old_records_file_is_rejected_in_one_line(tmp_path: Path) -> None:
+    old = tmp_path / "records.jsonl"
+    old.write_text('{"version": 1, "target": "npu"}\n')
+    with pytest.raises(ValueError, match="old one-file format") as e:
+        tvm_npu.build(tiny_convnet(), "npu", database=old)
+    assert "\n" not in str(e.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FileNotFoundError, match="does not exist"):
+            tuning.best_tiles(tmp_path / "missing", "npu")
 
 
 @pytest.mark.parametrize("budget", [64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20])
