@@ -509,20 +509,35 @@ def tune(
     ``rpc="HOST:PORT"`` measures on the servers registered with that tracker under ``key``
     (``python -m tvm_npu.rpc_server``), else ``workers`` local processes (default: one per core).
     ``plans`` also searches the plans of the model's partitions (:mod:`tvm_npu.plan_search`)."""
-    import tvm.s_tir.meta_schedule as ms
-
     from tvm_npu.driver import plan_model
     from tvm_npu.measure import NpuLocalRunner, rpc_runner
 
     npu = parse_target(target)
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    plan_list = plan_model(model, npu, params=params)
-    tasks = extract_tasks(plan_list)
+    tasks = extract_tasks(plan_model(model, npu, params=params))
     if not tasks:
         raise ValueError("the model has no NPU operators to tune")
-    db = open_database(work_dir)
     runner = rpc_runner(rpc, key) if rpc else NpuLocalRunner(workers)
+    results = tune_tasks(tasks, npu, work_dir, trials, runner=runner, workers=workers,
+                         trials_per_iter=trials_per_iter, seed=seed)
+    if plans:
+        from tvm_npu.plan_search import search
+
+        search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
+               progress=progress)
+    return results
+
+
+def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | os.PathLike, trials: int, *,
+               runner: object, workers: int | None = None, trials_per_iter: int = 16,
+               seed: int = 0) -> list[TaskResult]:
+    """meta_schedule over ``tasks`` (see :func:`extract_tasks`), measured with ``runner``
+    (``tvm_npu.measure``); returns per task the cost model's tile and the best one, measured."""
+    import tvm.s_tir.meta_schedule as ms
+
+    npu = parse_target(target)
+    db = open_database(work_dir)
     LegalTile, MutateParameter, TileFeatures, NpuBuilder = _components()
     builder = NpuBuilder(workers)
     mods = [workload(t, npu) for t in tasks]
@@ -547,11 +562,6 @@ def tune(
     ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t in tasks], work_dir=str(work_dir),
                   max_trials_global=trials, num_trials_per_iter=trials_per_iter, builder=builder, runner=runner,
                   database=db, cost_model=cost_model, task_scheduler="gradient")
-    if plans:
-        from tvm_npu.plan_search import search
-
-        search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
-               progress=progress)
     best = best_records(work_dir, npu)
     return [TaskResult(t.name, t.key, t.calls, defaults.get(t.key, math.nan), best[t.key].seconds,
                        best[t.key].trials, len(tile_space(spec_to_json(t.spec), str(npu)).tiles))

@@ -86,11 +86,12 @@ def library(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_help_explains_every_option(command: str) -> None:
     text = ok(cli(command, "--help"))
     parser_options = {
-        "compile": ["--target", "--randomize-weights", "--output", "--records", "--dump-dir", "--verbose"],
+        "compile": ["--target", "--randomize-weights", "--output", "--database", "--dump-dir", "--verbose"],
         "run": ["--inputs", "--output", "--stats", "--verbose"],
         "profile": ["--target", "--inputs", "--trace", "--plot", "--json", "--timing-only", "--randomize-weights"],
         "bench": ["--target", "--inputs", "--repeat", "--json", "--randomize-weights"],
-        "tune": ["--target", "--records", "--trials", "--randomize-weights"],
+        "tune": ["--target", "--work-dir", "--trials", "--rpc", "--key", "--workers", "--no-plans",
+                 "--randomize-weights"],
         "demo": ["--target", "--repeat"],
     }[command]
     for option in parser_options:
@@ -212,22 +213,24 @@ def test_demo_compares_the_bundled_model_with_llvm() -> None:
 
 
 # ------------------------------------------------------------------------------------- tune
-def test_tune_appends_records_resumes_and_replays(model: Path, tmp_path: Path) -> None:
-    records = tmp_path / "records.jsonl"
-    stdout = ok(cli("tune", model, "--records", records, "--trials", "3"))
-    lines = records.read_text().splitlines()
-    assert lines and all(json.loads(x)["cycles"] > 0 for x in lines)
-    assert f"{len(lines)} new measurements" in stdout and "geomean" in stdout
-    again = ok(cli("tune", model, "--records", records, "--trials", "3"))
-    assert "0 new measurements" in again and len(records.read_text().splitlines()) == len(lines)
-    ok(cli("compile", model, "--records", records, "-o", tmp_path / "tuned.so"))
+@pytest.mark.benchmark  # meta_schedule's TuneContext imports every TVM tensor intrinsic: ~40 s per process
+def test_tune_records_in_a_work_dir_and_compile_applies_them(model: Path, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    stdout = ok(cli("tune", model, "--work-dir", work, "--trials", "4", "--workers", "2"))
+    assert (work / "database_tuning_record.json").is_file() and (work / "npu_plans.json").is_file()
+    assert "geomean" in stdout and f"compile {model} --target 'npu' --database {work}" in stdout
+    out = ok(cli("compile", model, "--database", work, "-o", tmp_path / "tuned.so"))
+    assert "tuning: 8 of 8 NPU operators use a tile tuned in" in out
     assert (tmp_path / "tuned.so").is_file()
+    other = ok(cli("compile", model, "--target", "npu -max-sram-bytes=65536", "--database", work, "-o",
+                   tmp_path / "other.so"))
+    assert "tuning: 0 of" in other
 
 
-def test_malformed_records_name_the_line(model: Path, tmp_path: Path) -> None:
-    records = tmp_path / "bad.jsonl"
+def test_an_old_records_file_is_rejected(model: Path, tmp_path: Path) -> None:
+    records = tmp_path / "records.jsonl"
     records.write_text('{"version": 1}\n')
-    one_line_error(cli("compile", model, "--records", records, "-o", tmp_path / "x.so"), "bad.jsonl:1")
+    one_line_error(cli("compile", model, "--database", records, "-o", tmp_path / "x.so"), "old one-file format")
 
 
 # ----------------------------------------------------------------------------------- errors
