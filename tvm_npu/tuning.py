@@ -369,6 +369,8 @@ def open_database(work_dir: str | os.PathLike, *, create: bool = True):
     elif not folder.is_dir():
         raise FileNotFoundError(f"tuning work directory {str(folder)!r} does not exist")
     for name in (WORKLOAD_FILE, RECORD_FILE):
+        if not create and not (folder / name).is_file():
+            raise ValueError(f"tuning database in {folder} is incomplete: {name} is missing")
         _check_lines(folder / name)
     return JSONDatabase(str(folder / WORKLOAD_FILE), str(folder / RECORD_FILE), allow_missing=create,
                         module_equality="structural")
@@ -406,6 +408,8 @@ def best_records(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[s
     """Per operator signature, the fastest measured tile for ``target`` (records of other targets are
     ignored, with a warning when the directory holds none for this one)."""
     npu = parse_target(target)
+    if Path(work_dir).is_dir() and not (Path(work_dir) / RECORD_FILE).is_file():  # plan records only
+        return {}
     db = open_database(work_dir, create=False)
     best: dict[str, Best] = {}
     counts: Counter[str] = Counter()
