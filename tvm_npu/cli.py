@@ -15,34 +15,40 @@ import sys
 import textwrap
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import tvm
-from tvm import relax
 
+from tvm_npu.analysis import partition_labels
 from tvm_npu.bench import (
     BUNDLED,
     LoadedModel,
     bench,
     build_model,
+    check_inputs,
     chrome_trace,
     compare,
     default_inputs,
     elapsed_bar,
-    input_names,
+    library_inputs,
+    model_inputs,
     model_report,
     op_counts,
     plot_roofline,
     profile_model,
+    random_inputs,
     read_inputs,
     resolve_model,
     show_progress,
+    wall_time,
 )
 from tvm_npu.compare import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.config import parse_target, target_help
+from tvm_npu.inspect import inspect_model
 from tvm_npu.models import randomize_weights
 from tvm_npu.quantize import (
     ACTIVATIONS,
@@ -57,6 +63,7 @@ from tvm_npu.quantize import (
     random_samples,
     require_onnxruntime,
 )
+from tvm_npu.relay_patterns import HostFallbackWarning
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
 
@@ -122,13 +129,30 @@ def build_parser() -> argparse.ArgumentParser:
                         "its spec, scheduled and lowered TIR, schedule trace and program disassembly")
     p.set_defaults(func=cmd_compile)
 
+    p = command("inspect", "Show a model's inputs and outputs, where each operator runs, and its device memory.", """
+        Lists the inputs and outputs (names, shapes, dtypes; initializers are weights, not
+        inputs), every operator in program order: on the NPU (which partition, the epilogue
+        fused into it) or on the host (llvm) and why (an unsupported operator, dtype or
+        attribute, or no tile fitting -max-sram-bytes), the MACs on each side, the
+        partitions, and what the model needs on the device: DRAM for the weights, the peak of
+        the live activations and the NPU programs, and the SRAM high-water mark. Runs the
+        build up to the NPU code generation (the host part is not compiled).""")
+    _model_args(p)
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write everything as JSON")
+    p.set_defaults(func=cmd_inspect)
+
     p = command("run", "Run an exported model (NPU partitions on the simulator, the rest on the CPU).", """
         Prints a summary of every output and the simulated NPU time; '--stats' adds the
         simulator's statistics for every NPU partition run. The target is the one the
         library was compiled for.""", targets=False)
     p.add_argument("library", metavar="LIB.so", type=Path, help="a library written by 'tvm-npu compile'")
-    p.add_argument("--inputs", required=True, type=Path, metavar="NPZ",
-                   help="input arrays (.npz), by input name or saved positionally with np.savez(path, *arrays)")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("--inputs", type=Path, metavar="NPZ",
+                       help="input arrays (.npz), by input name or saved positionally with np.savez(path, *arrays); "
+                            "without it (or --random-inputs) the command lists the inputs the model takes")
+    given.add_argument("--random-inputs", type=int, metavar="SEED",
+                       help="run on seeded random inputs: standard normal for float inputs, the whole range for "
+                            "8-bit integers")
     p.add_argument("-o", "--output", type=Path, metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
     p.add_argument("--stats", action="store_true",
                    help="print per NPU partition run: cycles, roofline bound and efficiency, DMA traffic and "
@@ -272,7 +296,19 @@ def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
 
 
 def _inputs(args: argparse.Namespace, model: LoadedModel) -> list[np.ndarray]:
-    return read_inputs(args.inputs, input_names(model)) if args.inputs else default_inputs(model)
+    if not args.inputs:
+        return default_inputs(model)
+    specs = model_inputs(model)
+    inputs = read_inputs(args.inputs, [s.name for s in specs])
+    check_inputs(inputs, specs)
+    return inputs
+
+
+def _writable(path: Path | None, option: str) -> None:
+    """Refuse an output in a directory that does not exist before any work: a typo in the path would
+    otherwise create directories nobody asked for (as ``cp`` and compilers do, we never create them)."""
+    if path is not None and not path.parent.is_dir():
+        raise FileNotFoundError(f"{option} {path}: directory {str(path.parent)!r} does not exist; create it first")
 
 
 def _stages(seconds: dict[str, float]) -> str:
@@ -290,16 +326,16 @@ def _npu_time(runs: Sequence[PartitionRun]) -> str:
 
 def _stats_table(runs: Sequence[PartitionRun]) -> str:
     head = ("partition", "cycles", "bound", "eff", "load KiB", "store KiB", "descr", "waste KiB", "SRAM KiB",
-            "instr", "util tensor/vector/DRAM")
+            "instr", "util tensor/vector/DRAM", "layers")
     rows = [head]
-    for r in runs:
+    for r, label in zip(runs, partition_labels(runs), strict=True):
         s = r.stats
         util = "/".join(f"{s.utilisation.get(k, 0.0):.2f}" for k in ("TENSOR", "VECTOR", "DRAM"))
-        symbol = r.symbol if len(r.symbol) <= 40 else f"{r.symbol[:37]}..."
-        rows.append((symbol, f"{s.total_cycles:,}", f"{s.lower_bound_cycles:,.0f}", f"{s.efficiency:.3f}",
+        layers = op_counts(Counter(x.op for x in r.artifact.layers))
+        rows.append((label, f"{s.total_cycles:,}", f"{s.lower_bound_cycles:,.0f}", f"{s.efficiency:.3f}",
                      f"{s.dma_load_bytes / 1024:.0f}", f"{s.dma_store_bytes / 1024:.0f}",
                      f"{s.dma_load_descriptors + s.dma_store_descriptors}", f"{s.wasted_burst_bytes / 1024:.0f}",
-                     f"{s.sram_high_water / 1024:.0f}", str(s.instructions), util))
+                     f"{s.sram_high_water / 1024:.0f}", str(s.instructions), util, layers))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
@@ -316,8 +352,8 @@ def _summary(i: int, a: np.ndarray) -> str:
 # ----------------------------------------------------------------------------- commands
 def cmd_compile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
+    _writable(args.output, "-o")
     executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(args.output))
     total = info.npu_macs + info.host_macs
     print(f"compiled {name} for '{target}' in {seconds:.1f} s ({_stages(info.stage_seconds)})")
@@ -330,23 +366,53 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.database is not None:
         ops = sum(len(p.ops) for p in info.plans)
         print(f"tuning: {info.tuned_ops} of {ops} NPU operators use a tile tuned in {args.database} "
-              f"(the others: no record for this target, or the cost model's tile was the best measured)")
+              f"(the others: no record for this target, or the cost model's tile was the best measured); "
+              f"{info.tuned_plans} of {info.partitions} partitions use a searched plan")
     if args.dump_dir is not None:
         print(f"intermediate forms in {args.dump_dir}")
     print(f"wrote {args.output} ({args.output.stat().st_size / 1024:.0f} KiB)")
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    name, model, target = _load(args)
+    _writable(args.json, "--json")
+    with elapsed_bar("partitioning and generating NPU code"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", HostFallbackWarning)  # the table gives every host operator's reason
+        result = inspect_model(model, target, name)
+    print(result.text())
+    if args.json is not None:
+        result.write_json(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _library(path: Path) -> tvm.runtime.Module:
+    """The exported model at ``path``; a missing file or an ONNX model is an error saying what to pass."""
+    if not path.is_file():
+        raise FileNotFoundError(f"library {str(path)!r} does not exist")
+    if path.suffix == ".onnx":
+        raise ValueError(f"{path} is an ONNX model; 'run' takes a library: compile it first with "
+                         f"'{PROG} compile {path} -o {path.with_suffix('.so')}'")
+    return load_module(path)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    library = load_module(args.library)
-    vm = relax.VirtualMachine(library, tvm.cpu())
-    # the VM's only way to name the parameters of an exported function
-    names = [vm._get_function_param_name("main", i) for i in range(vm._get_function_arity("main"))]
-    inputs = read_inputs(args.inputs, names)
+    _writable(args.output, "-o")
+    library = _library(args.library)
+    specs = library_inputs(library)
+    if args.inputs is not None:
+        inputs = read_inputs(args.inputs, [s.name for s in specs])
+    elif args.random_inputs is not None:
+        inputs = random_inputs(specs, args.random_inputs)
+    else:
+        raise ValueError(f"the model takes {len(specs)} input(s): {'; '.join(s.text() for s in specs)}; give them "
+                         f"with --inputs NPZ (np.savez(path, name=array, ...)) or --random-inputs SEED")
+    check_inputs(inputs, specs)
     outputs, prof, seconds = profile_model(library, inputs)
     for i, a in enumerate(outputs):
         print(_summary(i, a))
-    print(f"{_npu_time(prof.runs)}; {seconds:.2f} s wall")
+    print(f"{_npu_time(prof.runs)}; {wall_time(seconds)} wall")
     if args.stats and prof.runs:
         print(_stats_table(prof.runs))
     if args.output is not None:
@@ -357,13 +423,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
+    for path, option in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
+        _writable(path, option)
     inputs = _inputs(args, model)
     executable, info, build_s = build_model(model, target)
     with elapsed_bar("simulating"):
         _, prof, seconds = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
     rep = model_report(prof, info)
     print(rep.table())
-    print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {seconds:.2f} s wall")
+    print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {wall_time(seconds)} wall")
     if args.trace is not None:
         args.trace.write_text(json.dumps(chrome_trace(prof)))
         print(f"wrote {args.trace} (open in ui.perfetto.dev)")
@@ -378,6 +446,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
+    _writable(args.json, "--json")
     result = bench(name, model, target, _inputs(args, model), repeat=args.repeat)
     print("\n".join(result.lines()))
     if args.json is not None:
@@ -466,6 +535,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     model = BUNDLED[DEMO_MODEL]()
     inputs = default_inputs(model)
     run = compare(DEMO_MODEL, model, target, inputs, repeat=args.repeat)
+    print(f"{DEMO_MODEL} ({PROG} demo): compiled for '{target}', run on the NPU simulator and on llvm\n")
     print(run.report.table())
     print("\n".join(run.result.lines()))
     pairs = list(zip(run.outputs, run.expected, strict=False))

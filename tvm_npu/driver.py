@@ -35,8 +35,11 @@ from tvm import relax
 
 import tvm_npu.codegen.relax_ext  # noqa: F401  (registers relax.ext.npu)
 from tvm_npu.config import NpuTarget, parse_target
-from tvm_npu.plan import PLAN_ATTR, PartitionPlan
+from tvm_npu.ops import spec_key
+from tvm_npu.plan import PLAN_ATTR, PartitionPlan, PlanChoice
+from tvm_npu.plan_search import partition_key
 from tvm_npu.relay_patterns import canonicalize_passes, pattern_table, precision_passes, semantic_passes
+from tvm_npu.relay_patterns.canonicalize import fold_constants
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
     count_transforms,
@@ -114,15 +117,23 @@ def is_npu_function(func: object) -> bool:
 
 
 def plan_stage(target: NpuTarget, tiles: Mapping[str, TileParams] | None = None, dump_dir: Path | None = None,
-               plans: list[PartitionPlan] | None = None) -> tvm.transform.Pass:
+               plans: list[PartitionPlan] | None = None,
+               choices: Mapping[str, PlanChoice] | None = None, chosen: list[str] | None = None,
+               ) -> tvm.transform.Pass:
     """The plan stage as a pass: plans every NPU partition and attaches the plan (``npu.plan``);
-    each plan is also appended to ``plans`` and, with ``dump_dir``, written as JSON and text."""
+    each plan is also appended to ``plans`` and, with ``dump_dir``, written as JSON and text.
+    ``choices`` (the plan search's winners, by :func:`~tvm_npu.plan_search.partition_key`) fix the
+    fusion level and layer groups of the partitions they name; their symbols go to ``chosen``."""
 
     @relax.transform.function_pass(opt_level=0, name="tvm_npu.Plan")
     def plan_pass(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
         if not is_npu_function(func):
             return func
-        plan = plan_partition(partition_graph(func, str(func.attrs["global_symbol"])), target, tiles)
+        graph = partition_graph(func, str(func.attrs["global_symbol"]))
+        choice = choices.get(partition_key(graph, target)) if choices else None
+        plan = plan_partition(graph, target, tiles, choice)
+        if choice is not None and chosen is not None:
+            chosen.append(plan.symbol)
         if plans is not None:
             plans.append(plan)
         text = plan.to_json()
@@ -135,9 +146,11 @@ def plan_stage(target: NpuTarget, tiles: Mapping[str, TileParams] | None = None,
 
 
 def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir: Path | None = None,
-           tiles: Mapping[str, TileParams] | None = None, plans: list[PartitionPlan] | None = None) -> list[Stage]:
+           tiles: Mapping[str, TileParams] | None = None, plans: list[PartitionPlan] | None = None,
+           choices: Mapping[str, PlanChoice] | None = None, chosen: list[str] | None = None) -> list[Stage]:
     """The pipeline, in order, for one target (see the module docstring); the plan stage
-    appends every partition's plan to ``plans``."""
+    appends every partition's plan to ``plans`` and applies the recorded plan ``choices`` (listing
+    the partitions it applied them to in ``chosen``)."""
     options = {"target": str(target)}
     if dump_dir is not None:
         options["dump_dir"] = str(dump_dir)
@@ -152,13 +165,13 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
         Stage("canonicalize", _seq(canonicalize_passes())),
         Stage("precision", _seq(precision_passes(target.options.precision))),
         Stage("layout", lambda mod: plan_layouts(mod, target)),
-        Stage("fold-layout", _seq([fold_layout_transforms, relax.transform.FoldConstant()])),
+        Stage("fold-layout", _seq([fold_layout_transforms, fold_constants])),
         Stage("partition", _seq([
             relax.transform.FuseOpsByPattern(pattern_table(target), bind_constants=True, annotate_codegen=False),
             relax.transform.MergeCompositeFunctions(),
             unfold_host_layouts,
         ])),
-        Stage("plan", _seq([plan_stage(target, tiles, dump_dir, plans)])),
+        Stage("plan", _seq([plan_stage(target, tiles, dump_dir, plans, choices, chosen)])),
         Stage("codegen", codegen),
     ]
 
@@ -177,6 +190,8 @@ class BuildInfo:
     stage_seconds: dict[str, float]
     plans: tuple[PartitionPlan, ...] = ()
     io_bytes: int = 0  # the model's own inputs and outputs (for the model-level bound)
+    tuned_ops: int = 0  # NPU operators compiled with a tile from the tuning database
+    tuned_plans: int = 0  # partitions planned as the tuning database's plan search chose
 
 
 def io_bytes(mod: tvm.IRModule) -> int:
@@ -274,18 +289,11 @@ def plan_model(model: Model, target: str | NpuTarget = "npu", *,
     return plans
 
 
-def npu_operators(model: Model, target: str | NpuTarget = "npu", *,
-                  params: Mapping[str, Any] | None = None) -> list:
-    """The operator specs the NPU partitions of ``model`` compile to (what tuning measures)."""
-    return [op.spec for plan in plan_model(model, target, params=params) for op in plan.ops]
+def tune(model: Model, target: str | NpuTarget, work_dir: str | os.PathLike, trials: int = 64, **kwargs: Any) -> list:
+    """Tune ``model`` for ``target`` with meta_schedule, records in ``work_dir``; see :func:`tvm_npu.tuning.tune`."""
+    from tvm_npu.tuning import tune as tune_model
 
-
-def tune(model: Model, target: str | NpuTarget, records: str | os.PathLike, *, trials: int = 16,
-         params: Mapping[str, Any] | None = None, progress: bool = True) -> list:
-    """Measure candidate tiles of every distinct NPU operator of ``model``; append to ``records``."""
-    from tvm_npu.tuning import tune_specs
-
-    return tune_specs(npu_operators(model, target, params=params), target, records, trials, progress=progress)
+    return tune_model(model, target, work_dir, trials, **kwargs)
 
 
 def build(
@@ -295,16 +303,17 @@ def build(
     params: Mapping[str, Any] | None = None,
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
-    records: str | os.PathLike | None = None,
+    database: str | os.PathLike | None = None,
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
     ``target`` is ``"npu -key=value ..."`` (see ``tvm_npu.config``); ``params`` binds
     named function parameters as constants; ``dump_dir`` (or ``$TVM_NPU_DUMP``) receives
-    every intermediate form; ``records`` replays the best tuned tile of every operator
-    (see :func:`tune`), ``tiles`` overrides the tile choice per operator signature directly.
+    every intermediate form; ``database`` (a work directory of :func:`tune`) applies what tuning
+    measured for this target: the best tile of every operator and the best plan of every partition;
+    ``tiles`` overrides the tile choice per operator signature directly.
     """
-    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, records=records)[0]
+    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database)[0]
 
 
 def build_with_info(
@@ -314,14 +323,17 @@ def build_with_info(
     params: Mapping[str, Any] | None = None,
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
-    records: str | os.PathLike | None = None,
+    database: str | os.PathLike | None = None,
 ) -> tuple[relax.VMExecutable, BuildInfo]:
     """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
     npu = parse_target(target)
-    if records is not None:
-        from tvm_npu.tuning import tiles_for
+    choices = None
+    if database is not None:
+        from tvm_npu.plan_search import load_choices
+        from tvm_npu.tuning import best_tiles
 
-        tiles = {**(tiles_for(records, npu) or {}), **(tiles or {})}
+        tiles = {**best_tiles(database, npu), **(tiles or {})}
+        choices = load_choices(database, npu)
     dump = dump_dir if dump_dir is not None else os.environ.get("TVM_NPU_DUMP")
     dump_path = Path(dump) if dump else None
     if dump_path is not None:
@@ -335,7 +347,8 @@ def build_with_info(
     inserted = model_io = 0
     before = count_transforms(mod)
     plans: list[PartitionPlan] = []
-    for i, stage in enumerate(stages(npu, params, dump_path, tiles, plans), start=1):
+    chosen: list[str] = []
+    for i, stage in enumerate(stages(npu, params, dump_path, tiles, plans, choices, chosen), start=1):
         t0 = time.perf_counter()
         mod = stage.run(mod)
         seconds[stage.name] = time.perf_counter() - t0
@@ -351,7 +364,13 @@ def build_with_info(
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
-                         stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io)
+                         stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io,
+                         tuned_ops=_tuned(plans, tiles) if database is not None else 0, tuned_plans=len(chosen))
+
+
+def _tuned(plans: list[PartitionPlan], tiles: Mapping[str, TileParams] | None) -> int:
+    """How many operators of ``plans`` run with the tile ``tiles`` gives their signature."""
+    return sum(1 for p in plans for op in p.ops if tiles and tiles.get(spec_key(op.spec)) == op.tile)
 
 
 def host_target() -> tvm.target.Target:
