@@ -17,8 +17,9 @@ from tvm_npu.tir_schedules import kind_of
 
 from tvm_npu.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.config import HardwareConfig
+from tvm_npu.ops import OpSpec
 from tvm_npu.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
-from tvm_npu.tiles import tile_to_json
+from tvm_npu.tiles import TileParams, tile_to_json
 from tvm_npu.views import storage
 
 from .emit import Resident
@@ -69,7 +70,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
         layers.append(LayerInfo(
             name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=0,
             last=0, macs=int(spec.macs), dtype=kind.compute_dtype(spec),
-            layout_in=getattr(spec, "layout", "") or spec.inputs[0].layout, layout_out=spec.out.layout,
+            layout_in=spec.inputs[0].layout or getattr(spec, "layout", ""), layout_out=spec.out.layout,
             input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident
                             and t not in intermediates),
             weight_bytes=sum(b for t, b in need.items() if t in constants),
@@ -78,7 +79,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
             predicted_cycles=op.predicted_cycles,
             fused=list(op.fused),
         ))
-    instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags)
+    instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags, [t.shape for t in asm.tensors])
     # instruction ranges per layer after synchronisation was inserted (several for a group's members)
     spans: dict[int, list[list[int]]] = {}
     for idx, tag in enumerate(tags):
@@ -96,6 +97,13 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
     return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program,
                          [_group_info(plan, g) for g in plan.groups])
+
+
+def plan_operators(plan: PartitionPlan) -> list[tuple[OpSpec, TileParams]]:
+    """Every (spec, tile) :func:`lower_plan` compiles: the operators outside layer groups, and the
+    steps of each group."""
+    ops = [(op.spec, op.tile) for k, op in enumerate(plan.ops) if plan.group_of(k) is None]
+    return ops + [(st.op.spec, st.op.tile) for g in plan.groups for st in g.steps]
 
 
 def _dumper(dump_dir: Path | None, plan: PartitionPlan, suffix: str) -> Dump | None:

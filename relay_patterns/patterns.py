@@ -15,7 +15,9 @@ static shapes, layouts) and the planner finds a tile that fits the SRAM budget.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from tvm import relax
 from tvm.relax.backend.pattern_registry import register_patterns
@@ -163,6 +165,31 @@ class HostFallbackWarning(UserWarning):
     """An operator the NPU supports runs on the host: no tile of it fits the SRAM budget."""
 
 
+#: Why the check functions refused each match, by the variable the match binds; set only
+#: inside :func:`collect_refusals`. The last refusal of a variable is its barest pattern's (lowest priority).
+_refusals: ContextVar[dict[relax.Var, str] | None] = ContextVar("npu_refusals", default=None)
+
+
+@contextmanager
+def collect_refusals() -> Iterator[dict[relax.Var, str]]:
+    """While active, partitioning records why each refused operator stays on the host (``tvm-npu inspect``)."""
+    found: dict[relax.Var, str] = {}
+    token = _refusals.set(found)
+    try:
+        yield found
+    finally:
+        _refusals.reset(token)
+
+
+def _refuse(ctx: PatternCheckContext, reason: str) -> bool:
+    """Record ``reason`` for the match's variable when collecting; always False (the match is refused)."""
+    found = _refusals.get()
+    var = ctx.value_to_bound_var.get(ctx.matched_expr)
+    if found is not None and var is not None:
+        found[var] = reason
+    return False
+
+
 def _bare(spec: OpSpec) -> bool:
     """Whether ``spec`` is a single operator, the last pattern tried for it (nothing smaller follows)."""
     return len(spec.epilogue) == (1 if isinstance(spec, ElementwiseSpec) else 0)
@@ -181,19 +208,21 @@ def make_check(target: NpuTarget) -> CheckFn:
             return False
         try:
             op = extract_from_context(ctx)
-        except ValueError:
-            return False
+        except ValueError as e:
+            return _refuse(ctx, str(e))
         if fits(op.spec, target.hw, target.options):
             return True
         if isinstance(op.spec, PoolSpec) and split_global_pool(op.spec, target) is not None:
             return True  # the plan stage averages it in bands of rows first
+        budget = (f"fits -max-sram-bytes={target.hw.max_sram_bytes} with "
+                  f"-pipeline-stages={target.options.pipeline_stages}")
         if _bare(op.spec):
             out = op.spec.out
-            warnings.warn(
-                f"{op.spec.name} with output {list(out.shape)} {out.dtype.np.name} runs on the host (llvm): no tile "
-                f"of it fits -max-sram-bytes={target.hw.max_sram_bytes} with "
-                f"-pipeline-stages={target.options.pipeline_stages}", HostFallbackWarning, stacklevel=2)
-        return False
+            warnings.warn(f"{op.spec.name} with output {list(out.shape)} {out.dtype.np.name} runs on the host "
+                          f"(llvm): no tile of it {budget}", HostFallbackWarning, stacklevel=2)
+        # the match may be a fused operator rooted here (a requantisation refused with its convolution): name it
+        steps = [e.kind.value for e in op.spec.epilogue][isinstance(op.spec, ElementwiseSpec):]
+        return _refuse(ctx, f"no tile of {'+'.join([op.spec.name, *steps])} {budget}")
 
     return check
 
@@ -266,21 +295,25 @@ def _check_view(ctx: PatternCheckContext) -> bool:
     call = ctx.matched_expr
     if not (isinstance(call.args[0], relax.Var) and _static(call) and _static(call.args[0])
             and tensor_type(call)[1] in _MOVABLE):
-        return False
+        return _refuse(ctx, "a view needs a static-shape float32, float16, int8 or uint8 tensor variable")
     # a slice / gather is a view only with static positive steps and constant evenly spaced indices
-    return call.op.name not in ("relax.strided_slice", "relax.take") or selection(call) is not None
+    if call.op.name in ("relax.strided_slice", "relax.take") and selection(call) is None:
+        return _refuse(ctx, "a slice or gather is a view only with static positive steps or constant, "
+                            "evenly spaced indices")
+    return True
 
 
 def _check_concat(ctx: PatternCheckContext) -> bool:
     """A concat of static tensors (variables or constants) of one type (its inputs are written, or
     copied, into its slices)."""
     call = ctx.matched_expr
-    if not _static(call) or not isinstance(call.args[0], relax.Tuple):
-        return False
-    dtype = tensor_type(call)[1]
-    # a constant member is copied into its slice from a constant DRAM tensor of the partition
-    return dtype in _MOVABLE and all(isinstance(f, relax.Var | GenericConst) and _static(f)
-                                     and tensor_type(f)[1] == dtype for f in call.args[0].fields)
+    if _static(call) and isinstance(call.args[0], relax.Tuple):
+        dtype = tensor_type(call)[1]
+        # a constant member is copied into its slice from a constant DRAM tensor of the partition
+        if dtype in _MOVABLE and all(isinstance(f, relax.Var | GenericConst) and _static(f)
+                                     and tensor_type(f)[1] == dtype for f in call.args[0].fields):
+            return True
+    return _refuse(ctx, "a concat needs static-shape float32, float16, int8 or uint8 tensors of one type")
 
 
 def data_movement_entries() -> list[PatternEntry]:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tvm_npu.artifact import LayerInfo
+from tvm_npu.artifact import Artifact, LayerInfo
 from tvm_npu.config import DType, HardwareConfig, parse_target
 from tvm_npu.runtime import PartitionRun, Profile
 from tvm_npu.simulator import decode_program, isa
@@ -61,6 +61,7 @@ class LayerReport:
     predicted_cycles: float
     fused: tuple[str, ...]
     group: str = ""  # the layer group it runs in (a :class:`GroupReport`'s label), "" for none
+    label: str = ""  # unique in the model: "p0/conv2d_0" (see :func:`partition_labels`)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class ModelReport:
     layout_transforms: int
     model_bound_cycles: float = 0.0  # max(MACs / peak, (model inputs + weights + outputs) / bandwidth)
     groups: tuple[GroupReport, ...] = ()
+    # device memory of the partitions that ran (each distinct program once): see :func:`program_memory`
+    weight_bytes: int = 0
+    program_bytes: int = 0
+    sram_high_water: int = 0  # the simulator's: the highest SRAM byte any run touched
 
     @property
     def efficiency(self) -> float:
@@ -116,7 +121,8 @@ class ModelReport:
                       "model_bound_cycles": self.model_bound_cycles,
                       "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
                       "npu_macs": self.npu_macs, "host_macs": self.host_macs,
-                      "layout_transforms": self.layout_transforms},
+                      "layout_transforms": self.layout_transforms, "weight_bytes": self.weight_bytes,
+                      "program_bytes": self.program_bytes, "sram_high_water": self.sram_high_water},
             "layers": [asdict(x) for x in self.layers],
             "groups": [asdict(g) for g in self.groups],
         }
@@ -131,11 +137,12 @@ class ModelReport:
         rows = []
         for x in self.layers:
             tile = " ".join(f"{k}={v}" for k, v in x.tile.items() if k not in ("kind", "stages"))
-            rows.append((x.name, x.group or "-", x.description[:48], x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
-                         f"{x.dram_bytes / 1024:.0f}",
+            # DRAM: every byte that crossed the channel, so the part wasted on partial bursts is within it
+            rows.append((x.label or x.name, x.group or "-", x.description, x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
+                         f"{(x.dram_bytes + x.wasted_bytes) / 1024:.0f}",
                          f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
                          f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
-        lines = _columns(head, rows)
+        lines = columns(head, rows)
         if self.groups:
             head = ("group", "layers", "slices x rows", "SRAM KiB", "saved KiB", "DRAM KiB", "cycles", "bound",
                     "eff", "predicted", "error")
@@ -143,7 +150,7 @@ class ModelReport:
                      f"{g.saved_bytes / 1024:.0f}", f"{g.dram_bytes / 1024:.0f}", str(g.cycles),
                      f"{g.bound_cycles:.0f}", f"{g.efficiency:.2f}", f"{g.predicted_cycles:.0f}",
                      f"{g.prediction_error:+.1%}") for g in self.groups]
-            lines += ["", *_columns(head, rows),
+            lines += ["", *columns(head, rows),
                       "a group's cycles are its layers' cycles summed: a cycle in which several layers work is split "
                       "among them, and as the members' slices interleave,",
                       "each is charged the cycles its own instructions work. saved: the DRAM bytes -fusion=1 moves for "
@@ -159,10 +166,13 @@ class ModelReport:
                      f"({self.dram_bytes / max(self.compulsory_bytes, 1):.2f}x compulsory), "
                      f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
                      f"layout transforms on host {self.layout_transforms}")
+        lines.append(f"device memory: NPU weights {self.weight_bytes / 1024:,.0f} KiB, NPU programs "
+                     f"{self.program_bytes / 1024:,.0f} KiB, SRAM high-water {self.sram_high_water / 1024:,.0f} KiB "
+                     f"(activations and host weights: tvm-npu inspect)")
         return "\n".join(lines)
 
 
-def _columns(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def columns(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """``head`` and ``rows`` as left-aligned columns, with a rule under the head."""
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
@@ -245,9 +255,22 @@ def attribute(spans: Sequence[Sequence[tuple[int, int]]], total: int,
     return whole
 
 
-def _layers_of(run: PartitionRun, first_group: int) -> Iterable[LayerReport]:
+def partition_labels(runs: Sequence[PartitionRun]) -> list[str]:
+    """A short label per run: ``p0``, ``p1``, ... by partition in order of first call (``tvm-npu inspect``
+    numbers partitions the same way); a partition's later calls get ``.2``, ``.3``, ... (``p0.2``)."""
+    number: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    labels = []
+    for run in runs:
+        k = number.setdefault(run.symbol, len(number))
+        calls[run.symbol] = calls.get(run.symbol, 0) + 1
+        labels.append(f"p{k}" + (f".{calls[run.symbol]}" if calls[run.symbol] > 1 else ""))
+    return labels
+
+
+def _layers_of(run: PartitionRun, first_group: int, label: str = "") -> Iterable[LayerReport]:
     """Per-layer figures of one partition run (cycles by :func:`attribute`); its layer groups are
-    labelled from ``g{first_group}`` on.
+    labelled from ``g{first_group}`` on, its layers ``{label}/{name}``.
 
     The binding resource is the busiest of the tensor engine, the vector engine and
     the DRAM channel (cycles spent moving the layer's bytes); an engine blocked on a
@@ -290,7 +313,7 @@ def _layers_of(run: PartitionRun, first_group: int) -> Iterable[LayerReport]:
             dram_bytes=moved, wasted_bytes=wasted, sram_peak_bytes=layer.sram_bytes, cycles=cycles,
             bound_cycles=bound, efficiency=bound / cycles if cycles else 0.0,
             bound_by=max(load, key=load.get), predicted_cycles=layer.predicted_cycles, fused=tuple(layer.fused),
-            group=f"g{first_group + layer.group}" if layer.group >= 0 else "",
+            group=f"g{first_group + layer.group}" if layer.group >= 0 else "", label=f"{label}/{layer.name}",
         )
 
 
@@ -308,6 +331,23 @@ def _groups_of(run: PartitionRun, layers: Sequence[LayerReport], first_group: in
             efficiency=bound / cycles if cycles else 0.0, predicted_cycles=g.predicted_cycles,
             prediction_error=(g.predicted_cycles - cycles) / cycles if cycles else 0.0,
         )
+
+
+@dataclass(frozen=True)
+class ProgramMemory:
+    """What one compiled partition needs in the device's DRAM (bytes)."""
+
+    program_bytes: int  # instructions and metadata: the artifact without its constants
+    weight_bytes: int  # the constants it carries
+    scratch_bytes: int  # its DRAM intermediates
+
+
+def program_memory(artifact: Artifact, program: isa.Program | None = None) -> ProgramMemory:
+    """:class:`ProgramMemory` of ``artifact`` (``program``: its decoded program, if already at hand)."""
+    tensors = (program or decode_program(artifact.program)).tensors
+    weights = sum(t.nbytes for t in tensors if t.kind == isa.TensorKind.CONSTANT)
+    return ProgramMemory(len(artifact.encode()) - weights, weights,
+                         sum(t.nbytes for t in tensors if t.kind == isa.TensorKind.SCRATCH))
 
 
 def model_bound(profile: Profile, io_bytes: int) -> float:
@@ -337,11 +377,15 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
     layers: list[LayerReport] = []
     groups: list[GroupReport] = []
-    for run in profile.runs:
-        mine = list(_layers_of(run, len(groups)))
+    for run, label in zip(profile.runs, partition_labels(profile.runs), strict=True):
+        mine = list(_layers_of(run, len(groups), label))
         groups += _groups_of(run, mine, len(groups))
         layers += mine
+    distinct = {run.symbol: program_memory(run.artifact) for run in profile.runs}
     return ModelReport(
+        weight_bytes=sum(m.weight_bytes for m in distinct.values()),
+        program_bytes=sum(m.program_bytes for m in distinct.values()),
+        sram_high_water=max((r.stats.sram_high_water for r in profile.runs), default=0),
         model_bound_cycles=model_bound(profile, io_bytes),
         layers=tuple(layers),
         groups=tuple(groups),

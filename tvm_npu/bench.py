@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -27,7 +28,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 from tvm import relax
 
-from tvm_npu.analysis import ModelReport, report
+from tvm_npu.analysis import ModelReport, partition_labels, report
 from tvm_npu.config import DType, parse_target
 from tvm_npu.driver import BuildInfo, build_reference, build_with_info
 from tvm_npu.models import backend_inputs
@@ -58,19 +59,111 @@ def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
 
 def input_names(model: LoadedModel) -> list[str]:
     """Names of the model's run-time inputs, in the order ``main`` takes them."""
+    return [i.name for i in model_inputs(model)]
+
+
+def shape_text(dims: Sequence[int | str]) -> str:
+    """``(1, 3, 224, 224)``; a 1-tuple as ``(10,)``."""
+    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output: name, shape (a symbolic dimension by its name) and element type."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def text(self) -> str:
+        return f"{self.name}: {self.dtype} {shape_text(self.shape)}"
+
+
+def model_inputs(model: LoadedModel) -> list[TensorSpec]:
+    """The inputs of an ONNX model (graph inputs that are not initializers) or of a Relax module's ``main``."""
     if isinstance(model, onnx.ModelProto):
         inits = {i.name for i in model.graph.initializer}
-        return [i.name for i in model.graph.input if i.name not in inits]
-    return [p.name_hint for p in model["main"].params]
+
+        def onnx_dtype(elem_type: int) -> str:
+            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name if elem_type else "?"
+
+        return [TensorSpec(i.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                        for d in i.type.tensor_type.shape.dim),
+                          onnx_dtype(i.type.tensor_type.elem_type))
+                for i in model.graph.input if i.name not in inits]
+
+    def relax_input(p: relax.Var) -> TensorSpec:
+        if not isinstance(p.ty, relax.TensorType) or not isinstance(p.ty.shape, relax.ShapeExpr):
+            return TensorSpec(p.name, (), "?")
+        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in p.ty.shape.values)
+        return TensorSpec(p.name, dims, str(p.ty.dtype))
+
+    return [relax_input(p) for p in model["main"].params]
+
+
+#: How the Relax VM states a parameter's type in the constant pool of an executable (its argument check).
+_PARAM_CHECK = re.compile(r'ErrorContext\(fn=main, loc=param\[(\d+)\], param=([^,]+), '
+                          r'annotation=R\.Tensor\(\(([^)]*)\), dtype="(\w+)"\)\)')
+
+
+def library_inputs(library: tvm.runtime.Module) -> list[TensorSpec]:
+    """The inputs of an exported model's ``main``, as the VM checks them.
+
+    An exported executable keeps no typed signature, only the parameter names and, in its
+    constant pool, the message each parameter's type check would raise (which states the
+    annotated shape and dtype): that message is parsed here. A parameter without one (not
+    a tensor) has an empty shape and dtype ``"?"``.
+    """
+    vm = relax.VirtualMachine(library, tvm.cpu())
+    names = [vm._get_function_param_name("main", i) for i in range(vm._get_function_arity("main"))]
+    found = {int(m[1]): m for m in _PARAM_CHECK.finditer(relax.VMExecutable(library).stats())}
+    specs = []
+    for i, name in enumerate(names):
+        m = found.get(i)
+        if m is None:
+            specs.append(TensorSpec(name, (), "?"))
+            continue
+        dims = tuple(int(d) if d.strip().isdigit() else d.strip().strip('"') for d in m[3].split(",") if d.strip())
+        specs.append(TensorSpec(name, dims, m[4]))
+    return specs
+
+
+def check_inputs(arrays: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> None:
+    """``ValueError`` naming the first input whose array has another dtype or shape than the model takes."""
+    for a, spec in zip(arrays, specs, strict=True):
+        shape_ok = len(a.shape) == len(spec.shape) and all(
+            not isinstance(d, int) or d == n for d, n in zip(spec.shape, a.shape, strict=True))
+        if (spec.dtype != "?" and a.dtype.name != spec.dtype) or (spec.shape and not shape_ok):
+            given = TensorSpec(spec.name, tuple(a.shape), a.dtype.name).text().split(": ", 1)[1]
+            fix = f" (convert with .astype(np.{spec.dtype}))" if a.dtype.name != spec.dtype and shape_ok else ""
+            raise ValueError(f"input {spec.name!r}: the model takes {spec.text().split(': ', 1)[1]}, "
+                             f"given {given}{fix}")
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int) -> list[np.ndarray]:
+    """Seeded arrays for ``specs``: standard normal for floats, the whole range for 8-bit integers, 0..9 for wider
+    integers (index-like inputs); a symbolic or unknown dimension is an error naming the input."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        if spec.dtype == "?" or not all(isinstance(d, int) for d in spec.shape):
+            raise ValueError(f"input {spec.name!r} has no static shape ({spec.text()}): give its array with --inputs")
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays.append(rng.standard_normal(spec.shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, spec.shape).astype(dtype))
+        else:
+            low, high = (np.iinfo(dtype).min, np.iinfo(dtype).max) if dtype.itemsize == 1 else (0, 9)
+            arrays.append(rng.integers(low, high, spec.shape, endpoint=True).astype(dtype))
+    return arrays
 
 
 def default_inputs(model: LoadedModel, seed: int = 0) -> list[np.ndarray]:
     """ONNX models: the ONNX backend-test inputs; Relax modules: seeded standard-normal arrays."""
     if isinstance(model, onnx.ModelProto):
         return list(backend_inputs(model).values())
-    rng = np.random.default_rng(seed)
-    params = model["main"].params
-    return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype(str(p.ty.dtype)) for p in params]
+    return random_inputs(model_inputs(model), seed)
 
 
 def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
@@ -79,8 +172,18 @@ def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
     Arrays are matched by name, or by position when the file was written with
     ``np.savez(path, *arrays)`` (keys ``arr_0``, ``arr_1``, ...). Pickled objects are refused.
     """
-    with np.load(path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"inputs file {str(path)!r} does not exist")
+    with path.open("rb") as f:
+        if f.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
+            raise ValueError(f"inputs file {str(path)!r} is not an .npz archive: write one with "
+                             f"np.savez(path, name=array, ...)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except ValueError as e:  # an object array inside
+        raise ValueError(f"inputs file {str(path)!r}: {_first_line(e)}; accepted: numeric arrays") from None
     positional = [f"arr_{i}" for i in range(len(names))]
     if set(arrays) == set(names):
         return [arrays[n] for n in names]
@@ -89,6 +192,10 @@ def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
     raise ValueError(f"{path} holds arrays {sorted(arrays)}; the model takes {len(names)} input(s) "
                      f"{list(names)}: name the arrays so, or save exactly {len(names)} positionally "
                      f"(np.savez(path, *arrays))")
+
+
+def _first_line(e: BaseException) -> str:
+    return next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
 
 
 # --------------------------------------------------------------------------- progress
@@ -227,7 +334,7 @@ class BenchResult:
             + ("; the NPU in fp16, llvm the fp32 model" if "-precision=fp16" in self.target else ""),
             f"MACs on NPU  {self.npu_mac_share:.1%} ({self.npu_macs / 1e9:.3f} G NPU, "
             f"{self.host_macs / 1e9:.3f} G host; {self.host_ops} host operator calls)",
-            f"simulator    {self.simulator_wall_s:.2f} s wall per inference "
+            f"simulator    {wall_time(self.simulator_wall_s)} wall per inference "
             f"({self.simulator_over_llvm:.3g}x the llvm latency)",
             f"roofline     efficiency {self.efficiency:.3f} (bound {self.bound_cycles:,.0f} cycles); "
             f"geomean conv/matmul {self.geomean_efficiency:.3f}; DRAM {self.dram_bytes / 2**20:.1f} MiB",
@@ -258,22 +365,29 @@ class Comparison:
     info: BuildInfo  # the NPU build's (host operators by name, partitions, stage times)
 
 
-def bench(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
-          progress: bool | None = None) -> BenchResult:
-    """The figures of :func:`compare`."""
+def bench(name: str, model: LoadedModel | None = None, target: str = "npu",
+          inputs: Sequence[np.ndarray] | None = None, *, repeat: int = 10, progress: bool | None = None) -> BenchResult:
+    """The figures of :func:`compare` (``bench("light_squeezenet")`` benchmarks a bundled model)."""
     return compare(name, model, target, inputs, repeat=repeat, progress=progress).result
 
 
-def compare(name: str, model: LoadedModel, target: str, inputs: Sequence[np.ndarray], *, repeat: int = 10,
-            progress: bool | None = None) -> Comparison:
+def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
+            inputs: Sequence[np.ndarray] | None = None, *, repeat: int = 10, progress: bool | None = None
+            ) -> Comparison:
     """Build ``model`` for the NPU and for llvm, run both on ``inputs`` and compare them.
 
-    The NPU figures come from a timing-only traced run (the per-layer roofline report)
-    and one functional run (outputs and the simulator's wall time; the first run
-    already loaded the programs, so program decoding is not counted).
+    Without ``model``, ``name`` is a bundled model's name or an ``.onnx`` path; without
+    ``inputs``, the model's :func:`default_inputs`. The NPU figures come from a timing-only
+    traced run (the per-layer roofline report) and one functional run (outputs and the
+    simulator's wall time; the first run already loaded the programs, so program decoding
+    is not counted).
     """
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, not {repeat}")
+    if model is None:
+        name, model = resolve_model(name)
+    if inputs is None:
+        inputs = default_inputs(model)
     npu = parse_target(target)
     executable, info, npu_build_s = build_model(model, str(npu), progress=progress, desc=f"{name}: NPU build")
     start = time.perf_counter()
@@ -315,13 +429,13 @@ def chrome_trace(prof: Profile) -> dict[str, Any]:
     """
     events: list[dict[str, Any]] = []
     offset_us = 0.0
-    for pid, run in enumerate(prof.runs):
+    for pid, (run, label) in enumerate(zip(prof.runs, partition_labels(prof.runs), strict=True)):
         clock_mhz = parse_target(run.artifact.target).hw.clock_mhz
         one = RunResult({}, run.stats, run.trace, clock_mhz).chrome_trace()
         for ev in one["traceEvents"]:
             ev = {**ev, "pid": pid}
             if ev["name"] == "process_name":
-                ev["args"] = {"name": f"{pid}: {run.symbol}"}
+                ev["args"] = {"name": f"{label}: {run.symbol}"}
             if "ts" in ev:
                 ev["ts"] += offset_us
             events.append(ev)
@@ -332,26 +446,30 @@ def chrome_trace(prof: Profile) -> dict[str, Any]:
 def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str) -> int:
     """Write the per-layer roofline of a profiled run as a PNG; returns the layers plotted.
 
-    x: MACs per byte that crossed the DRAM channel (useful plus wasted burst bytes), y:
-    achieved MACs per cycle. The roofs are the tensor engine's peak for each operand type
-    present and the DRAM slope ``dram_bytes_per_cycle * x``. Layers without MACs (pools,
-    elementwise) or without DRAM traffic have no point on these axes.
+    Left, the layers with MACs: x MACs per byte that crossed the DRAM channel (useful plus
+    wasted burst bytes), y achieved MACs per cycle, under the tensor engine's peak for each
+    operand type present and the DRAM slope ``dram_bytes_per_cycle * x``. Right, the layers
+    without MACs (pooling, elementwise, softmax: no point on those axes), which the channel
+    bounds: achieved DRAM bytes per cycle against the bandwidth. Every point is labelled with
+    its layer (``p0/conv2d_0``); the y axes span the points and the roof, not decades below.
     """
     if not prof.runs:
         raise ValueError("nothing ran on the NPU, so there is no roofline to plot")
     hw = parse_target(prof.runs[0].artifact.target).hw
     dtypes = sorted({layer.dtype for run in prof.runs for layer in run.artifact.layers})
-    fig = Figure(figsize=(8, 5.5), layout="constrained")
-    ax = fig.add_subplot()
+    mac_layers = [x for x in rep.layers if x.macs and x.dram_bytes + x.wasted_bytes and x.cycles]
+    other = [x for x in rep.layers if not x.macs and x.dram_bytes + x.wasted_bytes and x.cycles]
+    fig = Figure(figsize=(13 if other else 9, 6), layout="constrained")
+    ax, side = (fig.subplots(1, 2, width_ratios=(2, 1)) if other else (fig.add_subplot(), None))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    points: dict[str, list[tuple[float, float]]] = {}
-    for x in rep.layers:
+    points: dict[str, list[tuple[float, float, str]]] = {}
+    for x in mac_layers:
         moved = x.dram_bytes + x.wasted_bytes
-        if x.macs and moved and x.cycles:
-            points.setdefault(x.op, []).append((x.macs / moved, x.macs / x.cycles))
+        points.setdefault(x.op, []).append((x.macs / moved, x.macs / x.cycles, x.label or x.name))
     for op, xy in sorted(points.items()):
-        ax.scatter(*zip(*xy, strict=True), label=f"{op} ({len(xy)})", alpha=0.75, s=24)
+        ax.scatter([p[0] for p in xy], [p[1] for p in xy], label=f"{op} ({len(xy)})", alpha=0.75, s=24)
+    _label_points(ax, [p for xy in points.values() for p in xy])
     xs = [p[0] for xy in points.values() for p in xy] or [1.0]
     peaks = {d: hw.peak_macs_per_cycle(DType.from_str(d)) for d in dtypes
              if d in ("int8", "uint8", "float16", "float32")}
@@ -364,14 +482,34 @@ def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str)
                 label=f"{dtype} roof {peak:g} MACs/cycle")
     ax.set_xlim(lo, hi)
     ys = [p[1] for xy in points.values() for p in xy] or [top]
-    ax.set_ylim(min(min(ys), top / 100) / 2, top * 2)
+    ax.set_ylim(min(ys) / 1.5, max(top, max(ys)) * 1.5)
     ax.set_xlabel("arithmetic intensity (MACs per DRAM byte moved)")
     ax.set_ylabel("achieved MACs per cycle")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
+    if side is not None:
+        rates = [((x.dram_bytes + x.wasted_bytes) / x.cycles, x.label or x.name) for x in other]
+        side.barh(range(len(rates)), [r for r, _ in rates], color="tab:gray", alpha=0.8)
+        side.set_yticks(range(len(rates)), [n for _, n in rates], fontsize=7)
+        side.invert_yaxis()
+        side.axvline(hw.dram_bytes_per_cycle, color="k", ls="--", lw=1, label=f"DRAM {hw.dram_bytes_per_cycle} B/cycle")
+        side.set_xlabel("achieved DRAM bytes per cycle")
+        side.set_title("layers without MACs")
+        side.legend(fontsize=8, loc="lower right")
     fig.savefig(path, format="png", dpi=120)
-    return sum(len(xy) for xy in points.values())
+    return len(mac_layers) + len(other)
+
+
+def _label_points(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
+    """Name every point beside it (small, offset alternately up and down so neighbours overlap less)."""
+    for i, (x, y, name) in enumerate(points):
+        ax.annotate(name, (x, y), xytext=(4, 4 if i % 2 else -8), textcoords="offset points", fontsize=6, alpha=0.8)
+
+
+def wall_time(seconds: float) -> str:
+    """A wall time for people: milliseconds below one second (a 3 ms run is not "0.00 s")."""
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def op_counts(counts: Mapping[str, int]) -> str:

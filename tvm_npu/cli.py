@@ -437,7 +437,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"wrote {args.trace} (open in ui.perfetto.dev)")
     if args.plot is not None:
         n = plot_roofline(prof, rep, args.plot, f"{name} on '{target}'")
-        print(f"wrote {args.plot} ({n} layers with MACs)")
+        print(f"wrote {args.plot} ({n} layers)")
     if args.json is not None:
         rep.write_json(args.json)
         print(f"wrote {args.json}")

@@ -9,10 +9,13 @@ records the run's statistics, which :func:`profile` and :func:`last_runs` expose
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +23,9 @@ from tvm_npu import runtime_module
 from tvm_npu.artifact import Artifact
 from tvm_npu.config import parse_target
 from tvm_npu.simulator import LoadedProgram, RunStats, Simulator, TraceEvent
+
+if TYPE_CHECKING:
+    from tvm_npu.analysis import ModelReport
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,28 @@ class Profile:
     @property
     def total_cycles(self) -> int:
         return sum(r.stats.total_cycles for r in self.runs)
+
+    # The report, trace and plot live in analysis.py and bench.py, which import this module: imported on use.
+    def report(self, host_macs: int = 0) -> ModelReport:
+        """The per-layer report (:func:`tvm_npu.analysis.report`) of a run profiled with ``trace=True``."""
+        from tvm_npu.analysis import report
+
+        return report(self, host_macs)
+
+    def write_trace(self, path: str | Path) -> Path:
+        """Write the timeline as a Chrome/Perfetto trace (open it in ui.perfetto.dev); needs ``trace=True``."""
+        from tvm_npu.bench import chrome_trace
+
+        if any(not r.trace for r in self.runs):
+            raise ValueError("a trace needs a timeline: profile the run with tvm_npu.profile(trace=True)")
+        Path(path).write_text(json.dumps(chrome_trace(self)))
+        return Path(path)
+
+    def plot_roofline(self, path: str | Path, title: str = "NPU layers") -> int:
+        """Write the per-layer roofline plot as a PNG; returns the number of layers plotted. Needs ``trace=True``."""
+        from tvm_npu.bench import plot_roofline
+
+        return plot_roofline(self, self.report(), path, title)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Python cannot subclass ``ffi.Module``, so a small C++ ``ModuleObj`` (``_npu_module.cc``)
 is compiled on first use with ``tvm_ffi.cpp`` and cached on disk (``TVM_FFI_CACHE_DIR``,
-default ``~/.cache/tvm-ffi``). That module holds the serialized NPU programs as one
+default ``~/.cache/tvm-ffi``), once per Python environment. That module holds the serialized NPU programs as one
 opaque blob plus the list of exported symbols, is binary-serialisable (so
 ``Executable.export_library`` embeds it in the ``.so``) and forwards every call of an
 exported symbol back to Python through the global ``tvm_npu.runtime.invoke``.
@@ -21,8 +21,10 @@ Globals registered when this module is imported:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -72,13 +74,17 @@ _invoke_handler: InvokeHandler | None = None
 
 
 def _extension_source() -> str:
-    """Return the C++ source, stamped so the build cache key changes with tvm-ffi.
+    """Return the C++ source, stamped so the build cache key changes with tvm-ffi and the environment.
 
     ``build_inline`` hashes only the source text and flags, not the tvm-ffi headers it
     compiles against; the stamp keeps a cached ``.so`` from being reused across an
-    incompatible tvm-ffi upgrade.
+    incompatible tvm-ffi upgrade. It also names the Python environment (a hash of
+    ``sys.prefix``): two virtual environments compile against headers at different paths,
+    and sharing one build directory made each rebuild it after the other had.
     """
-    stamp = f"// tvm-ffi {tvm_ffi.__version__}; tvm_npu build recipe {_BUILD_RECIPE_VERSION}\n"
+    environment = hashlib.sha256(sys.prefix.encode()).hexdigest()[:16]
+    stamp = (f"// tvm-ffi {tvm_ffi.__version__}; tvm_npu build recipe {_BUILD_RECIPE_VERSION}; "
+             f"environment {environment}\n")
     return stamp + _SOURCE_PATH.read_text(encoding="utf-8")
 
 

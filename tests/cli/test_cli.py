@@ -24,7 +24,7 @@ from tvm_npu.bench import to_numpy
 from tvm_npu.config import target_help
 from tvm_npu.models import backend_inputs, tiny_convnet
 
-COMMANDS = ("compile", "run", "profile", "bench", "tune", "demo")
+COMMANDS = ("compile", "inspect", "run", "profile", "bench", "tune", "demo")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -73,7 +73,7 @@ def expected(model: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def library(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("lib") / "sub" / "tiny.so"
+    out = tmp_path_factory.mktemp("lib") / "tiny.so"
     stdout = ok(cli("compile", model, "-o", out))
     assert out.is_file() and out.stat().st_size > 0
     assert "conv2d x4" in stdout and "softmax x1" in stdout  # NPU and host operators are both listed
@@ -87,7 +87,8 @@ def test_help_explains_every_option(command: str) -> None:
     text = ok(cli(command, "--help"))
     parser_options = {
         "compile": ["--target", "--randomize-weights", "--output", "--database", "--dump-dir", "--verbose"],
-        "run": ["--inputs", "--output", "--stats", "--verbose"],
+        "inspect": ["--target", "--randomize-weights", "--json", "--verbose"],
+        "run": ["--inputs", "--random-inputs", "--output", "--stats", "--verbose"],
         "profile": ["--target", "--inputs", "--trace", "--plot", "--json", "--timing-only", "--randomize-weights"],
         "bench": ["--target", "--inputs", "--repeat", "--json", "--randomize-weights"],
         "tune": ["--target", "--work-dir", "--trials", "--rpc", "--key", "--workers", "--no-plans",
@@ -207,6 +208,8 @@ def test_bench_compares_with_llvm(model: Path, tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------- demo
 def test_demo_compares_the_bundled_model_with_llvm() -> None:
     stdout = ok(cli("demo", "--repeat", "1"))
+    assert stdout.startswith("tiny_convnet")  # which model, before its table
+    assert " ms wall per inference" in stdout  # a sub-second simulation in ms, not "0.00 s"
     for word in ("tiny_convnet", "latency", "max |NPU - llvm|", "MACs on NPU", "efficiency", "bound by"):
         assert word in stdout, word
     assert stdout.strip().splitlines()[-1].startswith("outputs match llvm within rtol")
