@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from tvm_npu.simulator import ProgramBuilder, isa
-from tvm_npu.simulator.builder import row_major
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
@@ -31,7 +30,7 @@ from tvm_npu.tir_schedules.rowwise import BETA, BETA_ROLE, DATA, GAMMA, GAMMA_RO
 from tvm_npu.config import DType
 from tvm_npu.epilogue import RULES
 from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec, RowwiseSpec
-from tvm_npu.tiles import ConvEngine
+from tvm_npu.tiles import ConvEngine, TileParams
 from tvm_npu.views import NotAView, compose, reshape, shape_of, view_pieces
 
 from .tir_walk import Access, CompiledWalk, Event, SramBuffer
@@ -66,22 +65,13 @@ class _Tile:
 
 
 def _loop_of(acc: Access, dim: int) -> int | None:
-    """The single inner loop a dimension of an access follows with coefficient 1 (or None)."""
-    used = [i for i, c in enumerate(acc.coefs[dim]) if c != 0]
-    if not used:
-        return None
-    if len(used) == 1 and acc.coefs[dim][used[0]] == 1:
-        return used[0]
-    return -1
+    """The single inner loop a dimension of an access follows with coefficient 1 (None: no loop, -1: other)."""
+    return acc.loops[dim]
 
 
 def _flat(acc: Access, base: Sequence[int]) -> tuple[int, tuple[int, ...]]:
     """Element offset of the access origin and the element stride of every inner loop."""
-    strides = row_major(acc.shape)
-    offset = sum(b * s for b, s in zip(base, strides, strict=True))
-    nloops = len(acc.coefs[0]) if acc.coefs else 0
-    loop_strides = tuple(sum(acc.coefs[d][v] * strides[d] for d in range(len(strides))) for v in range(nloops))
-    return offset, loop_strides
+    return sum(b * s for b, s in zip(base, acc.strides, strict=True)), acc.loop_strides
 
 
 @dataclass(frozen=True)
@@ -97,11 +87,11 @@ class _Operand:
         return len(self.acc.shape) - len(self.axes) + self.axes.index(axis)
 
     def stride(self, axis: str) -> int:
-        return row_major(self.acc.shape)[self.dim(axis)]
+        return self.acc.strides[self.dim(axis)]
 
     @property
     def offset(self) -> int:
-        return _dot(self.base, row_major(self.acc.shape))
+        return _dot(self.base, self.acc.strides)
 
     def loop(self, axis: str) -> int | None:
         v = _loop_of(self.acc, self.dim(axis))
@@ -122,15 +112,34 @@ class _Operand:
         return next(i for i, a in enumerate(ev.site.accesses) if a is self.acc)
 
 
+@dataclass(frozen=True)
+class Template:
+    """What the emitter reads of a :class:`~tvm_npu.tir_schedules.common.Scheduled` besides its walk
+    (plain data: no TVM objects, so a codegen worker can hand it back)."""
+
+    tile: TileParams
+    roles: dict[str, str]
+    axes: dict[str, str]
+    dram_axes: dict[str, str]
+    aliases: dict[str, str]
+
+    @classmethod
+    def of(cls, scheduled: Scheduled) -> Template:
+        return cls(scheduled.tile, scheduled.roles, scheduled.axes, scheduled.dram_axes, scheduled.aliases)
+
+
 class OperatorEmitter:
     """Emits one scheduled operator into a :class:`~tvm_npu.simulator.ProgramBuilder`."""
 
-    def __init__(self, asm: ProgramBuilder, spec: OpSpec, walk: CompiledWalk, scheduled: Scheduled,
-                 layer: int, resident: Mapping[str, Resident]) -> None:
+    def __init__(self, asm: ProgramBuilder, spec: OpSpec, walk: CompiledWalk, template: Template,
+                 layer: int, resident: Mapping[str, Resident], names: Mapping[str, str] | None = None) -> None:
+        """``names`` maps the DRAM tensor names of ``walk`` to ``spec``'s where the walk was compiled
+        for a renamed copy of it (:func:`~.operator.canonical`)."""
         self.asm, self.spec, self.walk, self.layer, self.resident = asm, spec, walk, layer, resident
-        self.roles, self.axes, self.dram_axes = scheduled.roles, scheduled.axes, scheduled.dram_axes
-        self.tile = scheduled.tile
-        aliases = scheduled.aliases
+        self.names = names or {}
+        self.roles, self.axes, self.dram_axes = template.roles, template.axes, template.dram_axes
+        self.tile = template.tile
+        aliases = template.aliases
         self.views = {t.name: t.view for t in (*spec.inputs, spec.out) if t.view is not None}
         self.hw = asm.hw
         self.addr: dict[str, int] = {}
@@ -204,6 +213,7 @@ class OperatorEmitter:
         s_off += _dot(lo, s_str)
         ext = [h - a for a, h in zip(lo, hi, strict=True)]
         name = dram_name(dram.buffer)
+        name = self.names.get(name, name)
         view = self.views.get(name)
         if view is None:
             d_off, d_str = _flat(dram, dram_base)

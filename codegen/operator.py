@@ -2,29 +2,69 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from tvm_npu.simulator import ProgramBuilder, isa
-from tvm_npu.tir_schedules import Scheduled, schedule
+from tvm_npu.tir_schedules import schedule
 
 from tvm_npu.config import HardwareConfig
-from tvm_npu.ops import OpSpec
+from tvm_npu.ops import OpSpec, TensorRef
 from tvm_npu.tiles import TileParams
-from tvm_npu.views import without_views
+from tvm_npu.views import map_refs, without_views
 
-from .emit import OperatorEmitter, Resident
+from .emit import OperatorEmitter, Resident, Template
 from .lower import lower
 from .sync import insert_semaphores
-from .tir_walk import compile_walk
+from .tir_walk import CompiledWalk, compile_walk
+from .worker import compile_all
 
 #: Receives (stage name, text) for every intermediate form when dumping is on.
 Dump = Callable[[str, str], None]
 
 
-def compile_operator(asm: ProgramBuilder, spec: OpSpec, tile: TileParams, layer: int,
-                     dump: Dump | None = None, resident: Mapping[str, Resident] | None = None) -> Scheduled:
-    """Emit ``spec`` scheduled with ``tile`` (instructions tagged ``layer``); its SRAM is
-    released again afterwards. ``resident`` names the on-chip intermediates it reads or writes."""
+@dataclass(frozen=True)
+class Compiled:
+    """An operator scheduled, lowered and translated for the emitter (no addresses yet; plain data)."""
+
+    template: Template
+    walk: CompiledWalk
+
+
+#: Compiled operators by name-free signature (:func:`canonical`), so identical operators (ResNet's
+#: repeated blocks, a layer group's slices) are scheduled, lowered and walked once per process.
+#: Least recently used entries go first beyond :data:`CACHE_SIZE` (entries are plain data, no TVM modules).
+_COMPILED: OrderedDict[tuple[OpSpec, TileParams], Compiled] = OrderedDict()
+CACHE_SIZE = 512
+
+#: Environment variable capping the codegen's worker processes (``0``: compile in this process only).
+WORKERS_ENV = "TVM_NPU_CODEGEN_WORKERS"
+#: Distinct operators each worker must get for starting it to pay. A worker first imports TVM and this
+#: package (S = 3-4 s unloaded, measured 12 s on the shared 2-core machine) while one operator compiles
+#: in c = 0.07-0.3 s (S/c = 20-45, measured); this process keeps compiling meanwhile, so one worker
+#: saves about (n * c - S) / 2 for n operators: nothing below ~45, and little below 64.
+MIN_PER_WORKER = 64
+
+
+def canonical(spec: OpSpec) -> tuple[OpSpec, dict[str, str]]:
+    """``spec`` with its tensors renamed in order of appearance (one name per distinct tensor) and
+    without views, and the map from the new names back to the old ones.
+
+    The templates read nothing else of a tensor's name than whether two operands are the same
+    tensor, and never its view (the emitter addresses views), so operators whose canonical specs
+    are equal compile to the same walk up to these names.
+    """
+    names: dict[str, str] = {}
+
+    def rename(t: TensorRef) -> TensorRef:
+        return replace(t, name=names.setdefault(t.name, f"npu_t{len(names)}"), view=None)
+
+    return replace(map_refs(spec, rename), name="npu_op"), {new: old for old, new in names.items()}
+
+
+def _compile(spec: OpSpec, tile: TileParams, dump: Dump | None = None) -> Compiled:
     scheduled = schedule(spec, tile)
     lowered = lower(scheduled.sch.mod)
     walk = compile_walk(lowered["main"])
@@ -34,10 +74,72 @@ def compile_operator(asm: ProgramBuilder, spec: OpSpec, tile: TileParams, layer:
         dump("2_schedule_trace", str(scheduled.sch.trace))
         dump("3_lowered_tir", lowered.script())
         dump("4_walk", walk.source)
+    return Compiled(Template.of(scheduled), walk)
+
+
+def _remember(key: tuple[OpSpec, TileParams], value: Compiled) -> None:
+    _COMPILED[key] = value
+    _COMPILED.move_to_end(key)
+    if len(_COMPILED) > CACHE_SIZE:
+        _COMPILED.popitem(last=False)
+
+
+def compiled(spec: OpSpec, tile: TileParams) -> tuple[Compiled, dict[str, str]]:
+    """The cached compilation of ``spec``'s canonical form, and its tensor names -> ``spec``'s."""
+    canon, names = canonical(spec)
+    key = (canon, tile)
+    hit = _COMPILED.get(key)
+    _remember(key, hit if hit is not None else _compile(canon, tile))
+    return _COMPILED[key], names
+
+
+def worker_count(distinct: int) -> int:
+    """Worker processes for ``distinct`` operators to compile: :data:`MIN_PER_WORKER` each at least,
+    besides this process at most ``os.cpu_count() - 1``, and at most ``$TVM_NPU_CODEGEN_WORKERS``."""
+    cap = (os.cpu_count() or 1) - 1
+    env = os.environ.get(WORKERS_ENV, "").strip()
+    if env:
+        if not env.isdigit():
+            raise ValueError(f"${WORKERS_ENV}={env!r}: expected a number of worker processes (0: none)")
+        cap = min(cap, int(env))
+    return max(0, min(cap, distinct // MIN_PER_WORKER))
+
+
+def compile_plain(spec: OpSpec, tile: TileParams) -> Compiled | None:
+    """A worker's task (:mod:`.worker`). A failure gives None: the operator is then compiled again where
+    it is emitted, which raises the error there as without workers."""
+    try:
+        return _compile(spec, tile)
+    except Exception:
+        return None
+
+
+def precompile(operators: Iterable[tuple[OpSpec, TileParams]]) -> None:
+    """Compile the distinct (canonical) operators not cached yet, in worker processes when there are
+    enough of them (:func:`worker_count`, :mod:`.worker`); otherwise nothing happens here and each is
+    compiled when first emitted. The workers are gone when this returns."""
+    todo = list(dict.fromkeys(key for spec, tile in operators
+                              if (key := (canonical(spec)[0], tile)) not in _COMPILED))
+    workers = worker_count(len(todo))
+    if workers:
+        for key, value in compile_all(todo, workers, _compile).items():
+            _remember(key, value)
+
+
+def compile_operator(asm: ProgramBuilder, spec: OpSpec, tile: TileParams, layer: int,
+                     dump: Dump | None = None, resident: Mapping[str, Resident] | None = None) -> None:
+    """Emit ``spec`` scheduled with ``tile`` (instructions tagged ``layer``); its SRAM is
+    released again afterwards. ``resident`` names the on-chip intermediates it reads or writes.
+
+    With ``dump`` the operator is compiled under its own names (the dumps show them); otherwise
+    its canonical form comes from the cache (the same instructions either way)."""
+    if dump is not None:
+        comp, names = _compile(spec, tile, dump), {}
+    else:
+        comp, names = compiled(spec, tile)
     mark = asm.sram_mark()
-    OperatorEmitter(asm, spec, walk, scheduled, layer, resident or {}).run()
+    OperatorEmitter(asm, spec, comp.walk, comp.template, layer, resident or {}, names).run()
     asm.sram_release(mark)
-    return scheduled
 
 
 def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tuple[isa.Program, int]:
@@ -49,5 +151,5 @@ def standalone_program(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> tu
         asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     asm.declare(spec.out.name, spec.out.shape, spec.out.dtype, isa.TensorKind.OUTPUT)
     compile_operator(asm, spec, tile, 0)
-    instructions, _ = insert_semaphores(hw, asm.instructions, asm.tags)
+    instructions, _ = insert_semaphores(hw, asm.instructions, asm.tags, [t.shape for t in asm.tensors])
     return asm.build(instructions), asm.sram_high_water

@@ -16,10 +16,13 @@ different engines are not ordered, so a dependence missed here is an error there
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from tvm_npu.simulator import isa
+from tvm_npu.simulator.builder import row_major
 from tvm_npu.simulator.hazards import overlap
 
 from tvm_npu.config import HardwareConfig
@@ -46,22 +49,27 @@ def _footprint(accesses: Sequence[isa.Access]) -> tuple[list[Range], list[Range]
 
 
 def insert_semaphores(
-    hw: HardwareConfig, instructions: Sequence[isa.Instruction], meta: Sequence[int] | None = None
+    hw: HardwareConfig, instructions: Sequence[isa.Instruction], meta: Sequence[int] | None = None,
+    shapes: Sequence[Sequence[int]] | None = None,
 ) -> tuple[list[isa.Instruction], list[int]]:
     """Return the instruction list with Signal/Wait pairs inserted (and ``meta`` carried along).
 
     ``meta`` is a per-instruction tag (e.g. the layer index) that inserted
-    synchronisation instructions inherit from their neighbour.
+    synchronisation instructions inherit from their neighbour. ``shapes`` (the DRAM tensors'
+    shapes, by table index) only makes the DRAM overlap test faster (:func:`box`); the result
+    is the same without it.
     """
     engines = list(isa.Engine)
     g = hw.sram_align_bytes
     n_gran = hw.max_sram_bytes // g
-    last_write = {e: np.full(n_gran, -1, dtype=np.int64) for e in engines}
-    last_read = {e: np.full(n_gran, -1, dtype=np.int64) for e in engines}
+    # per engine (row = engine id) and SRAM granule, the last instruction that wrote / read it
+    last_write = np.full((len(engines), n_gran), -1, dtype=np.int64)
+    last_read = np.full((len(engines), n_gran), -1, dtype=np.int64)
     # DRAM dependences by element range per tensor (bounding ranges: conservative), so an operator's
     # first loads wait only for the stores of the rows they read, not for its producer's last store
-    dram_write: dict[int, list[tuple[isa.Access, isa.Engine, int]]] = {}
-    dram_read: dict[int, list[tuple[isa.Access, isa.Engine, int]]] = {}
+    # (per tensor and engine, in program order)
+    dram_write: dict[tuple[int, isa.Engine], list[_Dram]] = {}
+    dram_read: dict[tuple[int, isa.Engine], list[_Dram]] = {}
     waited = {(f, e): -1 for f in engines for e in engines}
     sem_of = {}
     for f in engines:
@@ -71,6 +79,7 @@ def insert_semaphores(
     if len(sem_of) > hw.num_semaphores:
         raise ValueError(f"the synchronisation pass needs {len(sem_of)} semaphores; "
                          f"-num-semaphores={hw.num_semaphores}")
+    strides = [row_major(shape) for shape in shapes or ()]
     waits_before: dict[int, list[isa.Wait]] = {}
     signals_after: dict[int, list[isa.Signal]] = {}
 
@@ -82,21 +91,27 @@ def insert_semaphores(
         reads, writes = _footprint(accesses)
         need = {f: -1 for f in engines if f != e}
 
-        def dep(arr: dict, rngs: list[Range], need: dict = need) -> None:
+        def dep(arr: np.ndarray, rngs: list[Range], need: dict = need) -> None:
             for lo, hi in rngs:
                 a, b = lo // g, -(-hi // g)
+                if b <= a:
+                    continue
+                latest = arr[:, a:b].max(axis=1).tolist()  # every engine at once
                 for f in need:
-                    j = int(arr[f][a:b].max()) if b > a else -1
-                    if j > need[f]:
-                        need[f] = j
+                    if latest[f] > need[f]:
+                        need[f] = latest[f]
 
         dep(last_write, reads + writes)
         dep(last_read, writes)
-        dram = [acc for acc in accesses if acc.space == isa.Space.DRAM]
-        for acc in dram:
-            _latest_overlap(dram_write.get(acc.tensor, ()), acc, e, need)
-            if acc.write:
-                _latest_overlap(dram_read.get(acc.tensor, ()), acc, e, need)
+        dram = [_Dram(acc, e, i, None if shapes is None else box(acc, shapes[acc.tensor], strides[acc.tensor]),
+                      acc.extent)
+                for acc in accesses if acc.space == isa.Space.DRAM]
+        for d in dram:
+            for f in need:
+                for earlier in (dram_write, dram_read) if d.acc.write else (dram_write,):
+                    # an access at or before what ``e`` already waits for cannot add a wait: stop there
+                    j = _latest_overlap(earlier.get((d.acc.tensor, f), ()), d, max(need[f], waited[(f, e)]))
+                    need[f] = max(need[f], j)
         for f, j in need.items():
             if j > waited[(f, e)]:
                 sem = sem_of[(f, e)]
@@ -104,15 +119,14 @@ def insert_semaphores(
                 waits_before.setdefault(i, []).append(isa.Wait(e, sem))
                 waited[(f, e)] = j
         for lo, hi in reads:
-            last_read[e][lo // g: -(-hi // g)] = i
+            last_read[e, lo // g: -(-hi // g)] = i
         for lo, hi in writes:
-            last_write[e][lo // g: -(-hi // g)] = i
-        for acc in dram:
-            rng = (acc, e, i)
-            if acc.read:
-                dram_read.setdefault(acc.tensor, []).append(rng)
-            if acc.write:
-                dram_write.setdefault(acc.tensor, []).append(rng)
+            last_write[e, lo // g: -(-hi // g)] = i
+        for d in dram:
+            if d.acc.read:
+                dram_read.setdefault((d.acc.tensor, e), []).append(d)
+            if d.acc.write:
+                dram_write.setdefault((d.acc.tensor, e), []).append(d)
 
     out: list[isa.Instruction] = []
     out_meta: list[int] = []
@@ -129,18 +143,90 @@ def insert_semaphores(
     return out, out_meta
 
 
-def _latest_overlap(accesses: Sequence[tuple[isa.Access, isa.Engine, int]], acc: isa.Access, e: isa.Engine,
-                    need: dict[isa.Engine, int]) -> None:
-    """Raise ``need[f]`` to the latest access of each other engine ``f`` that shares an element with
-    ``acc`` (lists are in program order, so the first hit from the end is an engine's latest)."""
+class _Dram(NamedTuple):
+    """A DRAM access of instruction ``index`` on ``engine``, with its :func:`box` (None: none found)."""
+
+    acc: isa.Access
+    engine: isa.Engine
+    index: int
+    box: Box | None
+    extent: tuple[int, int]  # (of ``acc``, computed once)
+
+
+#: Per tensor dimension, the progression ``(start, step, count)`` of indices an access reaches.
+Box = tuple[tuple[int, int, int], ...]
+
+
+def box(acc: isa.Access, shape: Sequence[int], strides: Sequence[int] | None = None) -> Box | None:
+    """The elements ``acc`` reaches in a DRAM tensor of ``shape`` as a product of one arithmetic
+    progression per tensor dimension, or None when they are not one (then :func:`shares` falls back to
+    comparing element sets).
+
+    Why: comparing the element sets (:func:`~tvm_npu.simulator.hazards.overlap`) costs a sort of every
+    element of both tiles, and a partition compares tens of thousands of pairs of tiles of the same
+    tensor (most of the codegen's time); two boxes are compared one dimension at a time.
+    Each access dimension must step along one tensor dimension (its stride a multiple ``m`` of that
+    dimension's row-major stride, ``m`` below its extent) without leaving it, and no two along the same
+    one; a dimension that runs over whole rows of a contiguous block (DMA merges those) is split first.
+    Then every reached element has exactly one coordinate per tensor dimension, so the sets are equal.
+    ``strides`` (``row_major(shape)``) may be passed in when known.
+    """
+    strides = row_major(shape) if strides is None else strides
+    if not 0 <= acc.base < math.prod(shape):
+        return None
+    coord = [acc.base // s % n for s, n in zip(strides, shape, strict=True)]
+    prog: list[tuple[int, int, int] | None] = [None] * len(shape)
+    work = [(n, s) for n, s in zip(acc.shape, acc.strides, strict=True) if n > 1 and s != 0]
+    while work:
+        n, s = work.pop()
+        d = len(shape) - 1
+        while d >= 0 and (s % strides[d] or s // strides[d] >= shape[d]):
+            d -= 1
+        if d < 0 or prog[d] is not None:
+            return None
+        m = s // strides[d]
+        if coord[d] + (n - 1) * m < shape[d]:
+            prog[d] = (coord[d], m, n)
+        elif m == 1 and coord[d] == 0 and n % shape[d] == 0 and d > 0:  # whole rows: one dim per axis
+            work += [(n // shape[d], strides[d - 1]), (shape[d], s)]
+        else:
+            return None
+    return tuple(p if p is not None else (c, 1, 1) for p, c in zip(prog, coord, strict=True))
+
+
+def _meet(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
+    """Whether two progressions ``(start, step, count)`` share an index."""
+    lo = max(a[0], b[0])
+    hi = min(a[0] + (a[2] - 1) * a[1], b[0] + (b[2] - 1) * b[1])
+    if lo > hi:
+        return False
+    if a[1] < b[1]:
+        a, b = b, a  # walk the one with the larger step
+    first = a[0] + -(-(lo - a[0]) // a[1]) * a[1]
+    # within [lo, hi] both are inside their ranges; residues mod b's step repeat after b[1] of a's steps
+    return any((x - b[0]) % b[1] == 0 for x in range(first, min(hi, first + a[1] * (b[1] - 1)) + 1, a[1]))
+
+
+def shares(x: _Dram, y: _Dram) -> bool:
+    """Whether two accesses of one DRAM tensor reach a common element (exact)."""
+    if x.box is None or y.box is None:
+        return overlap(x.acc, y.acc) is not None
+    for a, b in zip(x.box, y.box, strict=True):
+        if a[0] + (a[2] - 1) * a[1] < b[0] or b[0] + (b[2] - 1) * b[1] < a[0]:
+            return False  # (the common case, tiles of other rows or channels, without a call)
+        if (a[1] != 1 or b[1] != 1) and not _meet(a, b):
+            return False
+    return True
+
+
+def _latest_overlap(accesses: Sequence[_Dram], acc: _Dram, floor: int) -> int:
+    """The index of the latest of ``accesses`` (one engine's, in program order) after ``floor`` that
+    shares an element with ``acc``, or -1."""
     lo, hi = acc.extent
-    found: set[isa.Engine] = set()
-    for other, f, j in reversed(accesses):
-        if f == e or f in found:
-            continue
+    for other in reversed(accesses):
+        if other.index <= floor:
+            break
         a, b = other.extent
-        if a < hi and lo < b and overlap(other, acc) is not None:
-            found.add(f)
-            need[f] = max(need[f], j)
-            if len(found) == len(need):
-                return
+        if a < hi and lo < b and shares(other, acc):
+            return other.index
+    return -1

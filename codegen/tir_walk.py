@@ -13,11 +13,12 @@ loops ``v``, so the emitter gets integers only.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm_npu.simulator.builder import row_major
 from tvm_npu.tir_schedules.contract import EPI_KEY, INSTR_KEY, SRAM_SCOPE
 
 _E = tirx.expr
@@ -96,6 +97,23 @@ class Access:
     dtype: str
     coefs: tuple[tuple[int, ...], ...]  # [dim][inner loop] -> coefficient
     is_write: bool
+    # derived once here, read by the emitter for every event of the site:
+    strides: tuple[int, ...] = field(init=False, repr=False, compare=False)  # row-major, of the buffer
+    loop_strides: tuple[int, ...] = field(init=False, repr=False, compare=False)  # element stride per inner loop
+    #: per dim, the one inner loop it follows with coefficient 1, None when it follows none, else -1
+    loops: tuple[int | None, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        strides = row_major(self.shape)
+        nloops = len(self.coefs[0]) if self.coefs else 0
+        loop_strides = tuple(sum(c[v] * s for c, s in zip(self.coefs, strides, strict=True)) for v in range(nloops))
+        loops = []
+        for c in self.coefs:
+            used = [i for i, x in enumerate(c) if x != 0]
+            loops.append(None if not used else used[0] if len(used) == 1 and c[used[0]] == 1 else -1)
+        object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "loop_strides", loop_strides)
+        object.__setattr__(self, "loops", tuple(loops))
 
 
 @dataclass(frozen=True)
@@ -279,6 +297,16 @@ class CompiledWalk:
         for idx, bases in self._gen():
             yield Event(sites[idx], bases)
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its plain parts (a codegen worker's result): the generator is rebuilt from the source."""
+        return _from_source, (self.sites, self.sram_buffers, self.source)
+
+
+def _from_source(sites: tuple[Site, ...], sram: dict[str, SramBuffer], source: str) -> CompiledWalk:
+    namespace: dict = {"_truncdiv": _truncdiv}
+    exec(compile(source, "<npu_walk>", "exec"), namespace)  # our own generated source
+    return CompiledWalk(sites, sram, source, namespace["_walk"])
+
 
 def compile_walk(func: tirx.PrimFunc) -> CompiledWalk:
     """Translate a lowered PrimFunc into a :class:`CompiledWalk` (done once per operator)."""
@@ -286,6 +314,4 @@ def compile_walk(func: tirx.PrimFunc) -> CompiledWalk:
     t.stmt(func.body, 1)
     header = ["def _walk():", f"    v = [0] * {max(1, len(t.src.slots))}"]
     source = "\n".join([*header, *t.lines, "    return", "    yield"]) + "\n"
-    namespace: dict = {"_truncdiv": _truncdiv}
-    exec(compile(source, "<npu_walk>", "exec"), namespace)  # our own generated source
-    return CompiledWalk(tuple(t.sites), t.sram, source, namespace["_walk"])
+    return _from_source(tuple(t.sites), t.sram, source)

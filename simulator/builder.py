@@ -40,6 +40,8 @@ class ProgramBuilder:
     def __init__(self, hw: HardwareConfig) -> None:
         self.hw = hw
         self._tensors: list[isa.TensorDecl] = []
+        self._index: dict[str, int] = {}  # tensor name -> table index (the codegen asks per DMA)
+        self._tensors_tuple: tuple[isa.TensorDecl, ...] = ()
         self._constants: dict[str, np.ndarray] = {}
         self._instructions: list[isa.Instruction] = []
         self._tags: list[int] = []
@@ -59,7 +61,7 @@ class ProgramBuilder:
         data: np.ndarray | None = None,
     ) -> int:
         """Declare a DRAM tensor; CONSTANT tensors need ``data``. Returns its table index."""
-        if any(t.name == name for t in self._tensors):
+        if name in self._index:
             raise BuildError(f"tensor {name!r} is declared twice")
         decl = isa.TensorDecl(name, dtype, tuple(int(n) for n in shape), kind)
         if kind == isa.TensorKind.CONSTANT:
@@ -72,33 +74,37 @@ class ProgramBuilder:
         elif data is not None:
             raise BuildError(f"only CONSTANT tensors carry data; {name!r} is {kind.name}")
         self._tensors.append(decl)
+        self._index[name] = len(self._tensors) - 1
         return len(self._tensors) - 1
 
     def declare(self, name: str, shape: Sequence[int], dtype: DType, kind: isa.TensorKind,
                 data: np.ndarray | None = None) -> int:
         """Like :meth:`tensor`, but a repeated declaration of the same tensor returns its index
         (an operator may name one tensor as several operands)."""
-        for i, t in enumerate(self._tensors):
-            if t.name == name:
-                if (t.shape, t.dtype, t.kind) != (tuple(int(n) for n in shape), dtype, kind):
-                    raise BuildError(f"tensor {name!r} is declared again as {kind.name} {dtype.name} "
-                                     f"{tuple(shape)}, first as {t.kind.name} {t.dtype.name} {t.shape}")
-                return i
-        return self.tensor(name, shape, dtype, kind, data)
+        i = self._index.get(name)
+        if i is None:
+            return self.tensor(name, shape, dtype, kind, data)
+        t = self._tensors[i]
+        if (t.shape, t.dtype, t.kind) != (tuple(int(n) for n in shape), dtype, kind):
+            raise BuildError(f"tensor {name!r} is declared again as {kind.name} {dtype.name} "
+                             f"{tuple(shape)}, first as {t.kind.name} {t.dtype.name} {t.shape}")
+        return i
 
     def tensor_index(self, name: str) -> int:
         """The table index of a declared tensor."""
-        for i, t in enumerate(self._tensors):
-            if t.name == name:
-                return i
-        raise BuildError(f"DRAM tensor {name!r} is not declared in this program")
+        i = self._index.get(name)
+        if i is None:
+            raise BuildError(f"DRAM tensor {name!r} is not declared in this program")
+        return i
 
     def has_tensor(self, name: str) -> bool:
-        return any(t.name == name for t in self._tensors)
+        return name in self._index
 
     @property
     def tensors(self) -> tuple[isa.TensorDecl, ...]:
-        return tuple(self._tensors)
+        if len(self._tensors_tuple) != len(self._tensors):  # declarations only append: rebuild when one did
+            self._tensors_tuple = tuple(self._tensors)
+        return self._tensors_tuple
 
     # ----------------------------------------------------------------- SRAM
     def alloc(self, nbytes: int, name: str = "buffer") -> int:

@@ -27,8 +27,30 @@ class NoTileFits(ValueError):
 def estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig, cutoff: float = math.inf) -> Estimate:
     """Predicted cycles, DRAM traffic and SRAM use of ``spec`` scheduled with ``tile``.
 
-    Raises :class:`~.cost.Pruned` as soon as the result is sure to exceed ``cutoff``.
+    Raises :class:`~.cost.Pruned` as soon as the result is sure to exceed ``cutoff``. Without a
+    cutoff, identical operators (same :func:`~tvm_npu.ops.spec_key` and :func:`_aliasing`) are
+    estimated once per process (the plan stage estimates every operator's chosen tile).
     """
+    if cutoff == math.inf:
+        key = (spec_key(spec), _aliasing(spec), tile, hw)
+        if key not in _ESTIMATES:
+            _ESTIMATES[key] = _estimate(spec, tile, hw, cutoff)
+        return _ESTIMATES[key]
+    return _estimate(spec, tile, hw, cutoff)
+
+
+#: Memo of :func:`estimate` without a cutoff (a pure function of the key).
+_ESTIMATES: dict[tuple[str, tuple[int, ...], TileParams, HardwareConfig], Estimate] = {}
+
+
+def _aliasing(spec: OpSpec) -> tuple[int, ...]:
+    """Which operands are one tensor (``x + x`` is loaded once): per operand, the first position of its
+    name. :func:`~tvm_npu.ops.spec_key` leaves names out, and with them this."""
+    names = [t.name for t in (*spec.inputs, spec.out)]
+    return tuple(names.index(n) for n in names)
+
+
+def _estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig, cutoff: float) -> Estimate:
     kind = kind_of(spec)
     p = kind.pipelining(spec, tile)
     return flow_estimate(kind.steps(spec, tile, hw), Versions.of(tile.stages, p, bool(spec.epilogue)),
@@ -66,27 +88,29 @@ def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions,
     """
     kind = kind_of(spec)
     budget = hw.max_sram_bytes if budget is None else budget
-    fitting = [(t, fp) for t in candidates(spec, hw, opts) if (fp := kind.footprint(spec, t, hw)) <= budget]
-    whole = [(t, fp) for t, fp in fitting if kind.whole_rows(spec, t)]
-    return whole or fitting
+    tiles = candidates(spec, hw, opts)
+    # footprints of the whole-row tiles first: the others are needed only when none of those fits
+    # (a footprint costs as much as a quick estimate, and most candidates are not whole-row ones)
+    whole = [(t, fp) for t in tiles if kind.whole_rows(spec, t) and (fp := kind.footprint(spec, t, hw)) <= budget]
+    return whole or [(t, fp) for t in tiles if (fp := kind.footprint(spec, t, hw)) <= budget]
 
 
 def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int | None = None) -> TileParams:
     """The cheapest legal tile by the cost model within ``budget`` SRAM bytes (default
     ``-max-sram-bytes``; less when a plan reserves regions); :class:`NoTileFits` if none fits.
 
-    Identical operators (same :func:`~tvm_npu.ops.spec_key`, e.g. repeated ResNet blocks)
-    are searched once per process.
+    Identical operators (same :func:`~tvm_npu.ops.spec_key`, e.g. repeated ResNet blocks, and the
+    same :func:`_aliasing`: ``x + x`` needs less SRAM than ``x + y``) are searched once per process.
     """
     budget = hw.max_sram_bytes if budget is None else budget
-    key = (spec_key(spec), hw, opts, budget)
+    key = (spec_key(spec), _aliasing(spec), hw, opts, budget)
     if key not in _CHOICES:
         _CHOICES[key] = _search(spec, hw, opts, budget)
     return _CHOICES[key]
 
 
 #: Memo of :func:`choose` (the search is a pure function of the key).
-_CHOICES: dict[tuple[str, HardwareConfig, CompilerOptions, int], TileParams] = {}
+_CHOICES: dict[tuple[str, tuple[int, ...], HardwareConfig, CompilerOptions, int], TileParams] = {}
 
 
 #: How many of the best candidates by each closed-form ranking the flow model re-estimates.
@@ -144,10 +168,10 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int
     short = _shortlist(spec, hw, ok)
     # fastest-looking first, so the cutoff prunes most of the rest early: a candidate pruned
     # at (1 + slack) x the running best can never be within the slack of the final best
-    short.sort(key=lambda tf: quick_estimate(spec, tf[0], hw))
+    short.sort(key=lambda tfq: tfq[2])
     estimates: list[tuple[Estimate, int, int]] = []
     fastest = math.inf
-    for i, (t, fp) in enumerate(short):
+    for i, (t, fp, _) in enumerate(short):
         e = _estimate_below(spec, t, hw, fastest * (1 + TRAFFIC_SLACK))
         if e is not None:
             estimates.append((e, fp, i))
@@ -156,16 +180,19 @@ def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int
     return short[min(near)[3]][0]
 
 
-def _shortlist(spec: OpSpec, hw: HardwareConfig, ok: list[tuple[TileParams, int]]) -> list[tuple[TileParams, int]]:
+def _shortlist(spec: OpSpec, hw: HardwareConfig,
+               ok: list[tuple[TileParams, int]]) -> list[tuple[TileParams, int, float]]:
+    """The best of ``ok`` by each closed-form ranking, with their footprints and quick estimates."""
     kind = kind_of(spec)
-    by_speed = sorted(range(len(ok)), key=lambda i: quick_estimate(spec, ok[i][0], hw))
+    quick = [quick_estimate(spec, t, hw) for t, _ in ok]
+    by_speed = sorted(range(len(ok)), key=quick.__getitem__)
     by_traffic = sorted(range(len(ok)), key=lambda i: (kind.traffic_floor(spec, ok[i][0], hw), ok[i][1]))
-    return [ok[i] for i in dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])]
+    return [(*ok[i], quick[i]) for i in dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])]
 
 
 def shortlist(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
     """The tiles the search estimates with the flow model (the tuner measures these first)."""
-    return [t for t, _ in _shortlist(spec, hw, legal(spec, hw, opts))]
+    return [t for t, _, _ in _shortlist(spec, hw, legal(spec, hw, opts))]
 
 
 def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
