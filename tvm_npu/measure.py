@@ -19,6 +19,7 @@ import os
 import socket
 import struct
 import tempfile
+import traceback
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -117,15 +118,33 @@ class NpuLocalRunner(PyRunner):
 DEFAULT_KEY = "npu-sim"
 #: Seconds a client allows beyond the measurement's own timeout for the tracker, connection and upload.
 RPC_SLACK_SEC = 10.0
+#: Servers the tracker may name for one measurement before it fails (a named server may have just died).
+REQUEST_ATTEMPTS = 5
 
 
 def _create_session(config: RPCConfig) -> RPCSession:
-    """RPCRunner's session, but an error at once when no server with the key is left (all died):
-    the tracker would keep the request waiting for one."""
+    """RPCRunner's session from the tracker, with two differences: an error at once when no server
+    with the key is left (all died), where the tracker would keep the request waiting for one; and
+    a failed attempt (the tracker named a server that just died) leaves nothing behind.
+
+    TVM's ``TrackerSession.request`` retries in a loop that keeps the attempt's error in a local: a
+    reference cycle through its frame, whose caller frames (RPCRunner's worker function) hold this
+    measurement's session. Until the garbage collector ran, that session stayed open after the
+    measurement, its server busy, and the next request waited for the server to time it out.
+    """
     host, port, key = config.tracker_host, config.tracker_port, config.tracker_key
     if free_servers(host, port, key) == 0:
         raise RuntimeError(f"no RPC server with key {key!r} is left at the tracker {host}:{port}")
-    return config.connect_server()
+    tracker = config.connect_tracker()
+    error = ""
+    for _ in range(REQUEST_ATTEMPTS):
+        try:
+            return tracker.request(key, priority=config.session_priority,
+                                   session_timeout=config.session_timeout_sec, max_retry=1)
+        except RuntimeError as e:
+            traceback.clear_frames(e.__traceback__)  # breaks the cycle (TVM's frame keeps its error)
+            error = str(e)
+    raise RuntimeError(f"no session from the tracker at {host}:{port} after {REQUEST_ATTEMPTS} attempts: {error}")
 
 
 def _upload(session: RPCSession, local_path: str, remote_path: str) -> str:
@@ -166,6 +185,8 @@ def rpc_runner(tracker: str, key: str = DEFAULT_KEY, *, workers: int | None = No
 
     if timeout_sec <= 0:
         raise ValueError(f"timeout_sec must be positive seconds, got {timeout_sec!r}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be >= 1 (or None: one per server), got {workers!r}")
     host, port = parse_host_port(tracker)
     servers = free_servers(host, port, key)
     if servers == 0:

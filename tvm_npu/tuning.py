@@ -563,9 +563,17 @@ def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | o
     ]
     cost_model = ms.cost_model.XGBModel(extractor=TileFeatures(), num_warmup_samples=8, verbose_eval=0,
                                         adaptive_training=False)
-    ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t in tasks], work_dir=str(work_dir),
-                  max_trials_global=trials, num_trials_per_iter=trials_per_iter, builder=builder, runner=runner,
-                  database=db, cost_model=cost_model, task_scheduler="gradient")
+    # Seeded, so that a run is reproducible and local and RPC runs agree: XGBModel's warm-up predictions
+    # come from numpy's global generator, and the "gradient" scheduler breaks ties with a random seed.
+    numpy_state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t in tasks], work_dir=str(work_dir),
+                      max_trials_global=trials, num_trials_per_iter=trials_per_iter, builder=builder, runner=runner,
+                      database=db, cost_model=cost_model,
+                      task_scheduler=ms.task_scheduler.GradientBased(seed=seed))
+    finally:
+        np.random.set_state(numpy_state)
     best = best_records(work_dir, npu)
     return [TaskResult(t.name, t.key, t.calls, defaults.get(t.key, math.nan), best[t.key].seconds,
                        best[t.key].trials, len(tile_space(spec_to_json(t.spec), str(npu)).tiles))
