@@ -115,8 +115,9 @@ class Planner:
             raise planner.NoTileFits(f"{self.ops[k].name}: no tile fits the SRAM")
         return best[1].cycles
 
-    def group(self, i: int, j: int) -> Choice | None:
-        """The best slicing of operators ``i..j`` as a group, or None when they cannot form one."""
+    def group(self, i: int, j: int, slices: int | None = None) -> Choice | None:
+        """The best slicing of operators ``i..j`` as a group, or None when they cannot form one; with
+        ``slices``, that slicing only (a recorded plan choice, or a variant the plan search measures)."""
         members = self.ops[i:j + 1]
         windows = [kind_of(m).row_window(m) for m in members]
         if any(w is None for w in windows) or not all(_rows_axis(t) for m in members for t in _sliced_refs(m)):
@@ -150,13 +151,13 @@ class Planner:
         best: Choice | None = None
         seen: set[int] = set()
         tried = 0
-        for n in SLICE_COUNTS:
+        for n in SLICE_COUNTS if slices is None else (slices,):
             rows = -(-h_out // n)
-            slices = -(-h_out // rows)
-            if slices in seen:
+            count = -(-h_out // rows)
+            if count in seen or (slices is not None and count != n):
                 continue
-            seen.add(slices)
-            choice = self._slicing(members, windows, internal, external, rows, slices)
+            seen.add(count)
+            choice = self._slicing(members, windows, internal, external, rows, count)
             if choice is _TOO_BIG:
                 continue
             tried += 1

@@ -26,6 +26,7 @@ The codegen lowers the plan and decides nothing itself.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +43,18 @@ from tvm_npu.ops import (
     TensorRef,
     spec_key,
 )
-from tvm_npu.plan import GroupBuffer, GroupPlan, GroupStep, OpPlan, PartitionGraph, PartitionPlan, SramRegion
+from tvm_npu.plan import (
+    GroupBuffer,
+    GroupChoice,
+    GroupPlan,
+    GroupStep,
+    OpPlan,
+    PartitionGraph,
+    PartitionPlan,
+    PlanChoice,
+    PlanChoiceWarning,
+    SramRegion,
+)
 from tvm_npu.tiles import TileParams
 from tvm_npu.views import storage
 
@@ -61,28 +73,60 @@ class _Op:
     fused: tuple[str, ...]
 
 
-def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | None = None) -> PartitionPlan:
-    """Fuse, place on-chip intermediates and choose tiles for one partition (module docstring)."""
-    hw, opts = target.hw, target.options
+def plan_partition(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | None = None,
+                   choice: PlanChoice | None = None) -> PartitionPlan:
+    """Fuse, place on-chip intermediates and choose tiles for one partition (module docstring).
+
+    ``choice`` (recorded by the model-level plan search) sets the fusion level and, at 3, the layer
+    groups instead of the search. One that does not apply to this partition (a group past its
+    operators, or that no longer forms or fits) warns (:class:`PlanChoiceWarning`) and the partition
+    is planned as without it: a build never fails over a stale record."""
+    if choice is not None:
+        try:
+            return _plan(graph, target, tiles or {}, choice.fusion, choice.groups)
+        except _Inapplicable as e:
+            warnings.warn(f"{graph.symbol}: recorded plan choice {choice} does not apply ({e}); planned without it",
+                          PlanChoiceWarning, stacklevel=2)
+    return _plan(graph, target, tiles or {}, target.options.fusion, None)
+
+
+def group_planner(graph: PartitionGraph, target: NpuTarget, tiles: TileTable | None = None) -> groups.Planner:
+    """The layer-group planner over ``graph``'s operators after fusion (what a plan choice's indices
+    count): the plan search ranks other groupings than the search's best with it."""
+    return groups.Planner([o.spec for o in _fused(graph, target, 3)], graph.outputs, target, tiles or {},
+                          graph.buffers)
+
+
+def _fused(graph: PartitionGraph, target: NpuTarget, fusion: int) -> list[_Op]:
     ops = []
     for g in graph.ops:
         bands = split_global_pool(g.spec, target) if isinstance(g.spec, PoolSpec) else None
         ops.extend([_Op(g.spec, g.fused)] if bands is None else [_Op(b, g.fused) for b in bands])
-    if opts.fusion >= 1:
-        ops = fuse(ops, graph.outputs, target)
-    if opts.fusion >= 3:
-        planned, grouped = _plan_groups(ops, graph, target, tiles or {})
+    return fuse(ops, graph.outputs, target) if fusion >= 1 else ops
+
+
+def _plan(graph: PartitionGraph, target: NpuTarget, tiles: TileTable, fusion: int,
+          chosen: Sequence[GroupChoice] | None) -> PartitionPlan:
+    """The plan at ``fusion``; at 3 with the ``chosen`` groups, or the search's when None."""
+    hw = target.hw
+    ops = _fused(graph, target, fusion)
+    if fusion >= 3:
+        planned, grouped = _plan_groups(ops, graph, target, tiles, chosen)
         return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), (),
                              graph.buffers, tuple(grouped))
-    resident = _allocate(ops, graph.outputs, hw) if opts.fusion >= 2 else []
+    resident = _allocate(ops, graph.outputs, hw) if fusion >= 2 else []
     while True:
         try:
-            planned = [_plan_op(k, op, resident, target, tiles or {}) for k, op in enumerate(ops)]
+            planned = [_plan_op(k, op, resident, target, tiles) for k, op in enumerate(ops)]
             break
         except _Tight as e:  # the regions live at this operator leave no tile: give them up
             resident = [r for r in resident if not r.live_at(e.op)]
     return PartitionPlan(graph.symbol, str(target), graph.inputs, graph.outputs, tuple(planned), tuple(resident),
                          graph.buffers)
+
+
+class _Inapplicable(Exception):
+    """A plan choice names groups this partition cannot form."""
 
 
 class _Tight(Exception):
@@ -107,16 +151,16 @@ def _plan_op(k: int, op: _Op, resident: Sequence[SramRegion], target: NpuTarget,
 
 
 # ---------------------------------------------------------------- layer groups
-def _plan_groups(ops: Sequence[_Op], graph: PartitionGraph, target: NpuTarget,
-                 tiles: TileTable) -> tuple[list[OpPlan], list[GroupPlan]]:
-    """``-fusion=3``: the grouping :func:`groups.search` finds, as operator plans and group plans. A
-    group's intermediates take the top of the SRAM (two versions each when it has several slices);
-    its steps' buffers go below them."""
+def _plan_groups(ops: Sequence[_Op], graph: PartitionGraph, target: NpuTarget, tiles: TileTable,
+                 chosen: Sequence[GroupChoice] | None = None) -> tuple[list[OpPlan], list[GroupPlan]]:
+    """``-fusion=3``: the grouping :func:`groups.search` finds (or the ``chosen`` one), as operator plans
+    and group plans. A group's intermediates take the top of the SRAM (two versions each when it has
+    several slices); its steps' buffers go below them."""
     hw = target.hw
     planned: list[OpPlan] = []
     grouped: list[GroupPlan] = []
     p = groups.Planner([o.spec for o in ops], graph.outputs, target, tiles, graph.buffers)
-    for i, j, choice in groups.search(p):
+    for i, j, choice in groups.search(p) if chosen is None else _chosen_groups(p, chosen):
         if choice is None:
             planned.append(_plan_op(i, ops[i], [], target, tiles))
             continue
@@ -135,6 +179,23 @@ def _plan_groups(ops: Sequence[_Op], graph: PartitionGraph, target: NpuTarget,
                                   sum(o.predicted_cycles for o in mine), max(o.sram_bytes for o in mine)))
         grouped.append(GroupPlan(i, j, choice.rows, choice.slices, tuple(buffers), steps, choice.cost))
     return planned, grouped
+
+
+def _chosen_groups(p: groups.Planner, chosen: Sequence[GroupChoice]) -> list[tuple[int, int, groups.Choice | None]]:
+    """The intervals of a plan choice, as :func:`groups.search` returns them: its groups at their slice
+    counts, every other operator alone."""
+    n = len(p.ops)
+    parts: list[tuple[int, int, groups.Choice | None]] = []
+    k = 0
+    for g in chosen:
+        if g.last >= n:
+            raise _Inapplicable(f"group {g.first}..{g.last} is past its {n} operators")
+        choice = p.group(g.first, g.last, g.slices)
+        if choice is None:
+            raise _Inapplicable(f"operators {g.first}..{g.last} do not form a group of {g.slices} slices that fits")
+        parts += [(x, x, None) for x in range(k, g.first)] + [(g.first, g.last, choice)]
+        k = g.last + 1
+    return parts + [(x, x, None) for x in range(k, n)]
 
 
 # ------------------------------------------------------------- big global pools

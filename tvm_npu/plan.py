@@ -197,6 +197,72 @@ class PartitionPlan:
         return "\n".join(lines) + "\n"
 
 
+class PlanChoiceWarning(UserWarning):
+    """A recorded :class:`PlanChoice` does not apply to the partition it was looked up for (planned by default)."""
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    """One layer group of a :class:`PlanChoice`: operators ``first..last`` in ``slices`` slices."""
+
+    first: int
+    last: int
+    slices: int
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """What the plan stage can be told for one partition instead of deciding itself (the model-level plan
+    search, ``tvm_npu.plan_search``, measures such choices): the fusion level and, at 3, the layer groups,
+    by operator index after fusion; every operator outside them runs alone. With the same tiles, a choice
+    reproduces its plan exactly (the tiles themselves are the operator-level tuner's)."""
+
+    fusion: int
+    groups: tuple[GroupChoice, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fusion, bool) or not isinstance(self.fusion, int) or not 0 <= self.fusion <= 3:
+            raise ValueError(f"plan choice fusion={self.fusion!r}; accepted: 0, 1, 2 or 3")
+        if self.groups and self.fusion != 3:
+            raise ValueError(f"plan choice with layer groups at fusion={self.fusion}; "
+                             "accepted: groups at fusion 3 only")
+        end = -1
+        for g in self.groups:
+            if not end < g.first < g.last or g.slices < 1:
+                raise ValueError(f"plan choice group {g.first}..{g.last} in {g.slices} slices; accepted: disjoint "
+                                 "intervals of at least 2 operators in increasing order, 1 or more slices")
+            end = g.last
+
+    @classmethod
+    def of(cls, plan: PartitionPlan, fusion: int) -> PlanChoice:
+        """The choice that reproduces ``plan``, made at ``fusion``."""
+        return cls(fusion, tuple(GroupChoice(g.first, g.last, g.slices) for g in plan.groups))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``{"fusion": 3, "groups": [[first, last, slices], ...]}``."""
+        return {"fusion": self.fusion, "groups": [[g.first, g.last, g.slices] for g in self.groups]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PlanChoice:
+        """Inverse of :meth:`to_dict`; ``ValueError`` naming what is wrong otherwise."""
+        try:
+            groups = tuple(GroupChoice(*(_int(x) for x in g)) for g in data.get("groups", ()))
+            return cls(_int(data["fusion"]), groups)
+        except (AttributeError, KeyError, TypeError) as e:
+            raise ValueError(f"malformed plan choice {data!r} ({type(e).__name__}: {e}); accepted: "
+                             '{"fusion": 0..3, "groups": [[first, last, slices], ...]}') from None
+
+    def __str__(self) -> str:
+        groups = " ".join(f"[{g.first}..{g.last}]x{g.slices}" for g in self.groups)
+        return f"fusion={self.fusion}" + (f" groups {groups}" if self.groups else "")
+
+
+def _int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"expected an integer, got {x!r}")
+    return x
+
+
 def dump_stem(symbol: str, keep: int = 48) -> str:
     """``symbol`` itself when short, else its first ``keep`` characters and a hash of the whole."""
     if len(symbol) <= keep + 11:
@@ -252,3 +318,16 @@ def _decode(tp: Any, data: Any) -> Any:
     if tp in (int, str, bool) and not isinstance(data, tp):
         raise TypeError(f"expected {tp.__name__}, got {data!r}")
     return data
+
+
+def spec_to_json(spec: OpSpec) -> str:
+    """One operator spec as JSON (a tuning task's workload carries it)."""
+    return json.dumps(_encode(spec), sort_keys=True)
+
+
+def spec_from_json(text: str) -> OpSpec:
+    """Inverse of :func:`spec_to_json`; ``ValueError`` on anything else."""
+    try:
+        return _decode(OpSpec, json.loads(text))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed operator spec: {e}") from None

@@ -1,0 +1,423 @@
+"""Model-level plan search: the plan's own choices, measured on whole partitions.
+
+The plan stage decides per partition what no single operator's tuning can: the fusion level
+and, at ``-fusion=3``, which operators run together as layer groups and in how many slices. Its
+cost model judges these least well (issue 12), so :func:`search` measures a few plans of every
+NPU partition and records the fastest: the default plan, the other fusion levels, and the layer
+groupings the cost model ranks next (the next of the k best groupings of the interval search,
+the best one with one group at another slice count, with one group dissolved), then, for
+``rounds > 1``, the same one-group changes of the fastest grouping measured so far. Each variant
+is a :class:`~tvm_npu.plan.PlanChoice`, lowered by the codegen into an artifact and measured by a
+runner of :mod:`tvm_npu.measure` (timing-only simulation, in parallel; a failed measurement is
+recorded as failed and the search goes on).
+
+Records go to ``work_dir/npu_plans.json`` (JSON, versioned, each record with its target; written
+to a temporary file and renamed, so an interrupted run leaves the previous complete file), keyed
+by :func:`partition_key`, which identical partitions share. Resuming skips variants already
+measured. :func:`load_choices` gives the winners, which the driver's plan stage applies
+(``stages(..., choices=...)``; ``build(..., database=work_dir)`` loads them). A record holds for
+the tiles the search planned with: search with the tiles the build will use (the operator-level
+tuner's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tvm_npu.codegen.partition import lower_plan
+from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.measure import NpuLocalRunner, measure_paths, seconds_to_cycles, write_artifact
+from tvm_npu.ops import TensorRef, spec_key
+from tvm_npu.plan import GroupChoice, PartitionGraph, PartitionPlan, PlanChoice, PlanChoiceWarning
+from tvm_npu.tiles import TileParams
+from tvm_npu.tir_schedules import groups
+from tvm_npu.tir_schedules.plan import group_planner, plan_partition
+
+#: The record file in a tuning work dir.
+PLANS_FILE = "npu_plans.json"
+#: Bump when the record file's form changes incompatibly; other versions are rejected with a clear error.
+PLANS_VERSION = 1
+#: Variants measured per partition unless told otherwise.
+DEFAULT_VARIANTS = 6
+
+
+# ---------------------------------------------------------------------- keys
+def partition_key(graph: PartitionGraph, target: str | NpuTarget) -> str:
+    """A stable, name-free key of one partition on one target: the target, every operator's signature
+    (:func:`~tvm_npu.ops.spec_key`) and fused patterns, and the wiring (which input, constant, buffer or
+    operator result each operand is, which results leave). Identical partitions share it."""
+    roles: dict[str, str] = {t.name: f"in{k}" for k, t in enumerate(graph.inputs)}
+    roles.update({t.name: f"buf{k}" for k, t in enumerate(graph.buffers)})
+    roles.update({name: "const" for name in graph.constants})
+
+    def role(t: TensorRef) -> str:
+        own = roles.get(t.name, "?")
+        return own if t.view is None else f"{own}@{roles.get(t.view.base, '?')}"
+
+    lines = [str(parse_target(target))]
+    lines += [f"buffer {t.dtype.name}{list(t.shape)}" for t in graph.buffers]
+    for k, op in enumerate(graph.ops):
+        reads = " ".join(role(t) for t in op.spec.inputs)
+        lines.append(f"{spec_key(op.spec)} {'+'.join(op.fused)} <- {reads}")
+        roles.setdefault(op.spec.out.name, f"op{k}")
+        if op.spec.out.view is not None:
+            roles.setdefault(op.spec.out.view.base, f"op{k}")
+        lines[-1] += f" -> {role(op.spec.out)}"
+    lines.append("outputs " + " ".join(roles.get(o, "?") for o in graph.outputs))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:24]
+
+
+# ------------------------------------------------------------------ variants
+@dataclass(frozen=True)
+class Variant:
+    """One plan of a partition worth measuring, and what the cost model expects of it."""
+
+    choice: PlanChoice
+    plan: PartitionPlan
+    predicted: float
+
+
+def predicted_cycles(plan: PartitionPlan) -> float:
+    """The plan's cycles by the cost model: its groups' estimates and those of the operators outside them."""
+    alone = sum(op.predicted_cycles for k, op in enumerate(plan.ops) if plan.group_of(k) is None)
+    return alone + sum(g.predicted_cycles for g in plan.groups)
+
+
+def variants(graph: PartitionGraph, target: str | NpuTarget, count: int = DEFAULT_VARIANTS,
+             tiles: Mapping[str, TileParams] | None = None) -> list[Variant]:
+    """Up to ``count`` distinct plans of ``graph``, the default first: the other fusion levels, then the
+    layer groupings the cost model ranks next (at ``-fusion=0`` the default only: nothing was fused)."""
+    if count < 1:
+        raise ValueError(f"variants={count}; accepted: 1 or more plans per partition")
+    npu = parse_target(target)
+    level = npu.options.fusion
+    default = plan_partition(graph, npu, tiles)
+    choices = [PlanChoice.of(default, level)]
+    if level >= 1 and count > 1:
+        p = group_planner(graph, npu, tiles)
+        ranked = _groupings(p, count)
+        choices += [PlanChoice(f) for f in (1, 2) if f != level] + [PlanChoice(3, g) for g in ranked]
+    out: list[Variant] = []
+    seen: set[str] = set()
+    for choice in choices:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PlanChoiceWarning)  # every choice here comes from the planner itself
+            plan = default if choice == choices[0] else plan_partition(graph, npu, tiles, choice)
+        text = plan.to_json()
+        if text not in seen:
+            seen.add(text)
+            out.append(Variant(choice, plan, predicted_cycles(plan)))
+        if len(out) == count:
+            break
+    return out
+
+
+#: Groupings with what ranks them: their estimated cycles, or the estimated change of them.
+_Ranked = list[tuple[float, tuple[GroupChoice, ...]]]
+
+
+def _groupings(p: groups.Planner, k: int) -> list[tuple[GroupChoice, ...]]:
+    """Groupings of ``p``'s operators worth measuring: the one with the least estimated cycles first, then,
+    taking turns so that a small budget still covers each kind of change, (a) the next of the ``k`` best
+    by estimate, (b) the best one with one group at another slice count, (c) the best one with one group
+    dissolved (its members run alone), each kind ranked by estimate.
+
+    The k best come from the interval search over prefixes (``best[j]``: the k cheapest splits of the
+    first ``j`` operators), which, unlike :func:`groups.interval_dp`'s split tree, reaches each grouping
+    once."""
+    n = len(p.ops)
+    found: dict[tuple[int, int], groups.Choice | None] = {}
+
+    def group(i: int, j: int) -> groups.Choice | None:
+        if (i, j) not in found:
+            found[i, j] = p.group(i, j)
+        return found[i, j]
+
+    best: list[_Ranked] = [[(0.0, ())]]
+    for j in range(1, n + 1):
+        options: _Ranked = []
+        for i in range(max(0, j - groups.MAX_MEMBERS), j):
+            if i == j - 1:
+                options += [(c + p.single_cost(i), parts) for c, parts in best[i]]
+            elif (g := group(i, j - 1)) is not None:
+                options += [(c + g.cost, (*parts, GroupChoice(i, j - 1, g.slices))) for c, parts in best[i]]
+        best.append(heapq.nsmallest(k, options, key=lambda o: o[0]))
+    if not best[n]:
+        return []
+    top = best[n][0][1]
+    return [top, *_turns([best[n][1:], *_changes(p, top)], top)]
+
+
+def neighbours(p: groups.Planner, grouping: tuple[GroupChoice, ...]) -> list[tuple[GroupChoice, ...]]:
+    """Groupings one change away from ``grouping``, in turns of kind (b) and (c) of :func:`_groupings`."""
+    return _turns(_changes(p, grouping), grouping)
+
+
+def _changes(p: groups.Planner, grouping: tuple[GroupChoice, ...]) -> list[_Ranked]:
+    """``grouping`` with one group at another slice count, and with one group dissolved: two lists, each
+    ranked by the estimated change."""
+    resliced: _Ranked = []
+    dissolved: _Ranked = []
+    for x, g in enumerate(grouping):
+        base = p.group(g.first, g.last, g.slices)
+        if base is None:
+            continue
+        for slices in groups.SLICE_COUNTS:
+            alt = p.group(g.first, g.last, slices) if slices != g.slices else None
+            if alt is not None:
+                resliced.append((alt.cost - base.cost,
+                                 (*grouping[:x], GroupChoice(g.first, g.last, slices), *grouping[x + 1:])))
+        alone = sum(p.single_cost(m) for m in range(g.first, g.last + 1))
+        dissolved.append((alone - base.cost, (*grouping[:x], *grouping[x + 1:])))
+    return [sorted(resliced, key=lambda o: o[0]), sorted(dissolved, key=lambda o: o[0])]
+
+
+def _turns(kinds: Sequence[_Ranked], skip: tuple[GroupChoice, ...]) -> list[tuple[GroupChoice, ...]]:
+    """The groupings of ``kinds`` taking turns (the first of each, then the second of each, ...), once each."""
+    turns = [kind[r][1] for r in range(max(map(len, kinds), default=0)) for kind in kinds if r < len(kind)]
+    return list(dict.fromkeys(t for t in turns if t != skip))
+
+
+# -------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Measured:
+    """One measured variant: its choice, the cost model's cycles and the simulated ones (None: failed)."""
+
+    choice: PlanChoice
+    predicted: float
+    cycles: int | None
+    error: str | None = None
+    default: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"choice": self.choice.to_dict(), "predicted": self.predicted, "cycles": self.cycles,
+                "error": self.error, "default": self.default}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Measured:
+        cycles = d["cycles"]
+        if cycles is not None and (isinstance(cycles, bool) or not isinstance(cycles, int)):
+            raise TypeError(f"cycles {cycles!r} is not an integer")
+        error = d.get("error")
+        return cls(PlanChoice.from_dict(d["choice"]), float(d["predicted"]), cycles,
+                   None if error is None else str(error), bool(d.get("default", False)))
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """Every measured variant of one partition on one target, and the winner."""
+
+    key: str
+    target: str
+    symbol: str
+    variants: tuple[Measured, ...]
+
+    @property
+    def best(self) -> Measured | None:
+        """The fastest measured variant (the earliest of equals: the default comes first)."""
+        return _fastest(self.variants)
+
+    @property
+    def default_cycles(self) -> int | None:
+        return next((m.cycles for m in self.variants if m.default), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {"target": self.target, "symbol": self.symbol, "variants": [m.to_dict() for m in self.variants],
+                "best": None if best is None else {"choice": best.choice.to_dict(), "cycles": best.cycles}}
+
+    @classmethod
+    def from_dict(cls, key: str, d: Mapping[str, Any]) -> PartitionRecord:
+        rec = cls(key, str(parse_target(str(d["target"]))), str(d["symbol"]),
+                  tuple(Measured.from_dict(m) for m in d["variants"]))
+        stated = d.get("best")
+        best = rec.best
+        if (stated is None) != (best is None) or (best is not None and (
+                PlanChoice.from_dict(stated["choice"]) != best.choice or stated["cycles"] != best.cycles)):
+            raise ValueError(f"partition {key}: the recorded winner is not the fastest measured variant")
+        return rec
+
+
+def read_records(work_dir: str | os.PathLike) -> dict[str, PartitionRecord]:
+    """The records in ``work_dir/npu_plans.json`` (none when there is no such file); ``ValueError`` naming
+    the file for anything malformed."""
+    path = Path(work_dir) / PLANS_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("version") != PLANS_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ValueError(f"version {version!r}, expected {PLANS_VERSION}")
+        return {str(k): PartitionRecord.from_dict(str(k), d) for k, d in data["partitions"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: malformed plan records ({type(e).__name__}: {e}); "
+                         "delete the file or run the plan search again") from None
+
+
+def write_records(work_dir: str | os.PathLike, records: Mapping[str, PartitionRecord]) -> None:
+    """Write ``work_dir/npu_plans.json`` atomically: a temporary file in the same directory, then renamed."""
+    folder = Path(work_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"version": PLANS_VERSION, "partitions": {k: r.to_dict() for k, r in records.items()}},
+                      indent=1)
+    fd, tmp = tempfile.mkstemp(prefix=f".{PLANS_FILE}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / PLANS_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_choices(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, PlanChoice]:
+    """The winning plan choice per :func:`partition_key` recorded in ``work_dir`` for ``target``. Records of
+    other targets are ignored (a warning when the file has records but none for ``target``)."""
+    want = str(parse_target(target))
+    records = read_records(work_dir)
+    out = {k: r.best.choice for k, r in records.items() if r.target == want and r.best is not None}
+    if records and not any(r.target == want for r in records.values()):
+        others = sorted({r.target for r in records.values()})
+        warnings.warn(f"{Path(work_dir) / PLANS_FILE}: no plan records for target {want!r} (only for "
+                      f"{', '.join(map(repr, others))}); partitions are planned by default", stacklevel=2)
+    return out
+
+
+# --------------------------------------------------------------------- search
+def npu_partitions(model: Any, target: str | NpuTarget, *,
+                   params: Mapping[str, Any] | None = None) -> dict[str, PartitionGraph]:
+    """``model``'s NPU partitions as the plan stage sees them, one per :func:`partition_key`."""
+    from tvm_npu.driver import is_npu_function, load_model, stages  # (the driver applies these records)
+    from tvm_npu.relay_patterns.graph import partition_graph
+
+    npu = parse_target(target)
+    mod = load_model(model)
+    for stage in stages(npu, params):
+        if stage.name == "plan":
+            break
+        mod = stage.run(mod)
+    out: dict[str, PartitionGraph] = {}
+    for _, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
+        if is_npu_function(func):
+            graph = partition_graph(func, str(func.attrs["global_symbol"]))
+            out.setdefault(partition_key(graph, npu), graph)
+    return out
+
+
+def search(model: Any, target: str | NpuTarget, work_dir: str | os.PathLike, *, runner: Any = None,
+           variants: int = DEFAULT_VARIANTS, rounds: int = 1, tiles: Mapping[str, TileParams] | None = None,
+           params: Mapping[str, Any] | None = None, progress: bool = True) -> dict[str, PartitionRecord]:
+    """Measure up to ``variants`` plans of every distinct NPU partition of ``model`` and record them and
+    the winner per partition in ``work_dir/npu_plans.json`` (module docstring). Each further round (up to
+    ``rounds`` in all) measures up to ``variants`` unmeasured :func:`neighbours` of the fastest layer
+    grouping so far, while the previous round found a faster plan. ``runner``: a :mod:`tvm_npu.measure`
+    runner (default: :class:`~tvm_npu.measure.NpuLocalRunner`, one worker per core). Returns this model's
+    records by partition key."""
+    if variants < 1 or rounds < 1:
+        raise ValueError(f"variants={variants}, rounds={rounds}; accepted: 1 or more of each")
+    npu = parse_target(target)
+    graphs = npu_partitions(model, npu, params=params)
+    records = read_records(work_dir)
+    own = runner is None
+    runner = NpuLocalRunner() if own else runner
+    try:
+        with tempfile.TemporaryDirectory(prefix="npu_plans_", dir=_made(work_dir)) as scratch:
+            for key, graph in tqdm(graphs.items(), desc="plan search", unit="partition", disable=not progress):
+                records[key] = _search_partition(key, graph, npu, records.get(key), runner, variants, rounds,
+                                                 tiles, Path(scratch))
+                write_records(work_dir, records)  # after every partition: an interrupted run keeps them
+    finally:
+        if own:
+            runner.shutdown()
+    return {k: records[k] for k in graphs}
+
+
+def _made(folder: str | os.PathLike) -> Path:
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _search_partition(key: str, graph: PartitionGraph, target: NpuTarget, old: PartitionRecord | None, runner: Any,
+                      count: int, rounds: int, tiles: Mapping[str, TileParams] | None,
+                      scratch: Path) -> PartitionRecord:
+    """Measure the variants of one partition that ``old`` has not measured; the merged record."""
+    done = {m.choice: m for m in (old.variants if old is not None else ()) if m.cycles is not None}
+    ranked = variants(graph, target, count, tiles)
+    results = _measure(ranked, ranked[0].choice, graph, target, done, runner, scratch)
+    seen = {v.plan.to_json() for v in ranked}
+    for _ in range(rounds - 1):
+        best = _fastest(results.values())
+        if best is None or not best.choice.groups:
+            break
+        fresh = []
+        for grouping in neighbours(group_planner(graph, target, tiles), best.choice.groups):
+            choice = PlanChoice(3, grouping)
+            plan = plan_partition(graph, target, tiles, choice) if choice not in results else None
+            if plan is not None and plan.to_json() not in seen:
+                seen.add(plan.to_json())
+                fresh.append(Variant(choice, plan, predicted_cycles(plan)))
+            if len(fresh) == count:
+                break
+        results.update(_measure(fresh, ranked[0].choice, graph, target, done, runner, scratch))
+        if _fastest(results.values()) == best:
+            break
+    # this run's variants in the order measured, then those measured before that this run did not rank
+    kept = [replace(m, default=False) for c, m in done.items() if c not in results]
+    return PartitionRecord(key, str(target), graph.symbol, (*results.values(), *kept))
+
+
+def _fastest(measured: Iterable[Measured]) -> Measured | None:
+    """The fastest of ``measured`` (the earliest of equals), None if none was measured."""
+    ok = [m for m in measured if m.cycles is not None]
+    return min(ok, key=lambda m: m.cycles) if ok else None
+
+
+def _measure(vs: Sequence[Variant], default: PlanChoice, graph: PartitionGraph, target: NpuTarget,
+             done: Mapping[PlanChoice, Measured], runner: Any, scratch: Path) -> dict[PlanChoice, Measured]:
+    """Lower and measure ``vs`` (those in ``done`` are not measured again), in their order."""
+    results: dict[PlanChoice, Measured] = {}
+    paths: list[str] = []
+    built: list[Variant] = []
+    for v in vs:
+        if v.choice in done:
+            results[v.choice] = replace(done[v.choice], predicted=v.predicted, default=v.choice == default)
+            continue
+        results[v.choice] = Measured(v.choice, v.predicted, None, "not measured", v.choice == default)
+        try:
+            paths.append(write_artifact(lower_plan(v.plan, graph.constants, target.hw), scratch))
+            built.append(v)
+        except Exception as e:  # a candidate the codegen cannot lower: that variant's result, the run goes on
+            results[v.choice] = replace(results[v.choice], error=f"codegen: {type(e).__name__}: {e}")
+    for v, seconds, path in zip(built, measure_paths(runner, paths) if paths else [], paths, strict=True):
+        cycles = None if seconds is None else seconds_to_cycles(seconds, str(target))
+        failed = "measurement failed (the runner returned no time)" if cycles is None else None
+        results[v.choice] = replace(results[v.choice], cycles=cycles, error=failed)
+        Path(path).unlink(missing_ok=True)
+    return results
+
+
+def summary(records: Sequence[PartitionRecord]) -> str:
+    """One line per partition: variants measured, default and best cycles, the winning choice."""
+    lines = []
+    for r in records:
+        best, measured = r.best, sum(m.cycles is not None for m in r.variants)
+        gain = f"{r.default_cycles / best.cycles:.3f}x" if best is not None and r.default_cycles else "-"
+        lines.append(f"{r.symbol[:40]:40s} {measured}/{len(r.variants)} measured  default "
+                     f"{r.default_cycles or '-'}  best {best.cycles if best else '-'} ({gain})  "
+                     f"{best.choice if best else 'none'}")
+    return "\n".join(lines)
