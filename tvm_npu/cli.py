@@ -34,6 +34,9 @@ from tvm_npu.bench import (
     compare,
     default_inputs,
     elapsed_bar,
+    end_to_end,
+    host_latency,
+    host_text,
     library_inputs,
     model_inputs,
     model_report,
@@ -43,11 +46,14 @@ from tvm_npu.bench import (
     random_inputs,
     read_inputs,
     resolve_model,
+    runnable_host,
+    runnable_triple,
     show_progress,
     wall_time,
 )
 from tvm_npu.compare import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.config import parse_target, target_help
+from tvm_npu.driver import host_target
 from tvm_npu.inspect import inspect_model
 from tvm_npu.models import randomize_weights
 from tvm_npu.quantize import (
@@ -89,6 +95,15 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                         "models ship with constant weights, whose outputs a broken compiler can also match)")
 
 
+def _host_arg(p: argparse.ArgumentParser, runs: bool = True) -> None:
+    p.add_argument("--host-target", metavar="LLVM",
+                   help="llvm target of the operators left on the host: TVM's dict form as JSON "
+                        "('{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}') or "
+                        "'llvm -mcpu=znver3 -num-cores=2' (default: generic llvm for this machine)"
+                        + ("; it must run here (the host part is measured)" if runs else
+                           "; an -mtriple of another machine cross-compiles (export to a .tar of objects)"))
+
+
 def _input_shape_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="shape of an input with symbolic dimensions, for random inputs (repeatable)")
@@ -121,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         of MACs on the NPU and the time of every build stage. Load the library with
         'tvm-npu run', or in Python after 'import tvm_npu' with tvm_npu.runtime_module.load_module.""")
     _model_args(p)
-    p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so", help="shared library to write")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so",
+                   help="shared library to write (.tar: the object files, unlinked, e.g. of a cross build)")
+    _host_arg(p, runs=False)
     p.add_argument("--database", type=Path, metavar="DIR",
                    help="apply what 'tvm-npu tune' recorded in this work directory for the same target")
     p.add_argument("--dump-dir", type=Path, metavar="DIR",
@@ -160,8 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = command("profile", "Build, run once with a timeline and report every NPU layer against the roofline.", """
-        Prints the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the
-        datasheet bound, efficiency and the binding resource), one row per layer group
+        Prints first the end-to-end latency of one inference (the simulated NPU part plus the
+        host part measured on this CPU, median of --repeat runs, and its operators), then
+        the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the datasheet
+        bound, efficiency and the binding resource), one row per layer group
         (-fusion=3: slicing, SRAM peak, DRAM bytes saved, cycles against the members' bounds and
         the planner's prediction) and the whole-model figures.""")
     _model_args(p)
@@ -176,18 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the report as JSON: {'model': {...}, 'layers': [{...}, ...], 'groups': [{...}, ...]}")
     p.add_argument("--timing-only", action="store_true",
                    help="skip the NPU numerics (faster; the cycles are identical, the outputs are not computed)")
+    p.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="runs timing the host part; the median is reported (default: %(default)s)")
+    _host_arg(p)
     p.set_defaults(func=cmd_profile)
 
-    p = command("bench", "Compare the NPU build (simulated) with an llvm build of the same model.", """
-        Builds both in this process and prints: build times, llvm latency (median of
-        --repeat runs), simulated NPU latency at the configured clock and the ratio, the
-        largest absolute difference between the two outputs, the share of MACs on the NPU,
-        the simulator's wall time per inference and the roofline efficiency.""")
+    p = command("bench", "End-to-end latency of the NPU build against llvm and onnxruntime on this CPU.", """
+        Prints first the end-to-end latency of one inference: the NPU part (simulated, at the
+        configured clock) plus the host part (measured on this CPU: the run's wall time minus
+        the time inside NPU calls; median of --repeat runs) and which operators the host part
+        runs. Then the references, each the median of --repeat runs: TVM's untuned default
+        llvm build of the same model, and onnxruntime on the CPU with 1 thread and with every
+        core (ONNX models; needs 'pip install "tvm-npu[benchmark]"'). Then build times, the
+        largest difference between the NPU's and llvm's outputs, the share of MACs on the
+        NPU, the simulator's wall time per inference and the roofline efficiency.""")
     _model_args(p)
     _inputs_arg(p)
     p.add_argument("--repeat", type=int, default=10, metavar="N",
-                   help="timed llvm runs after one warm-up; the median is reported (default: %(default)s)")
+                   help="timed runs of the NPU build's host part, llvm and onnxruntime, each after one warm-up; "
+                        "the medians are reported (default: %(default)s)")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write the figures as JSON")
+    _host_arg(p)
     p.set_defaults(func=cmd_bench)
 
     p = command("tune", "Autotune the model's NPU operators and plans with TVM's meta_schedule.", """
@@ -210,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", default="npu-sim", help="the servers' key at the tracker (default: %(default)s)")
     p.add_argument("--workers", type=int, metavar="N", help="local measuring processes (default: one per core)")
     p.add_argument("--no-plans", action="store_true", help="tune the operators only, not the partitions' plans")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="a candidate's build or measurement taking longer is a failed trial (default: %(default)s)")
     p.set_defaults(func=cmd_tune)
 
     p = command("quantize", "Quantize an fp32 ONNX model to int8 QDQ with onnxruntime's quantize_static.", f"""
@@ -271,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="npu",
                    help="NPU target: 'npu' followed by -key=value options, listed below (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=10, metavar="N",
-                   help="timed llvm runs after one warm-up; the median is reported (default: %(default)s)")
+                   help="timed runs of each build after one warm-up; the median is reported (default: %(default)s)")
+    _host_arg(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -283,6 +314,14 @@ def target_option(args: argparse.Namespace) -> str:
         return str(parse_target(args.target))
     except ValueError as e:
         raise ValueError(f"--target {args.target!r}: {e}") from None
+
+
+def host_option(args: argparse.Namespace) -> tvm.target.Target:
+    """``--host-target``, parsed (a bad one is an error naming the option)."""
+    try:
+        return host_target(args.host_target)
+    except ValueError as e:
+        raise ValueError(f"--host-target {args.host_target!r}: {e}") from None
 
 
 def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
@@ -353,10 +392,17 @@ def _summary(i: int, a: np.ndarray) -> str:
 def cmd_compile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
     _writable(args.output, "-o")
-    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database)
+    host = host_option(args)  # checked before any work
+    cross = runnable_triple(host) is not None
+    if cross and args.output.suffix != ".tar":
+        raise ValueError(f"--host-target {args.host_target}: a cross-compiled host part cannot be linked here; "
+                         f"write its object files with -o {args.output.with_suffix('.tar')} and link them on the "
+                         f"target (tvm.runtime.load_module needs a shared library built there)")
+    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database, host=host)
     executable.export_library(str(args.output))
     total = info.npu_macs + info.host_macs
-    print(f"compiled {name} for '{target}' in {seconds:.1f} s ({_stages(info.stage_seconds)})")
+    print(f"compiled {name} for '{target}' in {seconds:.1f} s ({_stages(info.stage_seconds)}); "
+          f"host part for {host_text(host)}" + (" (cross-compiled: runs on that machine only)" if cross else ""))
     print(f"NPU:  {info.partitions} partitions: {op_counts(info.npu_ops)}")
     print(f"host: {op_counts(info.host_ops)}")
     print(f"MACs: {info.npu_macs / 1e6:,.1f} M on the NPU ({info.npu_macs / total if total else 0:.1%}), "
@@ -425,11 +471,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
     for path, option in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
         _writable(path, option)
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, not {args.repeat}")
+    host = host_option(args)
+    runnable_host(host)
     inputs = _inputs(args, model)
-    executable, info, build_s = build_model(model, target)
+    executable, info, build_s = build_model(model, target, host=host)
     with elapsed_bar("simulating"):
-        _, prof, seconds = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
+        _, prof, _ = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
+        _, _, seconds, host_s = host_latency(executable, inputs, args.repeat, functional=not args.timing_only)
     rep = model_report(prof, info)
+    print(f"{name} on '{target}'")
+    print("\n".join(end_to_end(prof, info, host_s, args.repeat, host).lines()))
     print(rep.table())
     print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {wall_time(seconds)} wall")
     if args.trace is not None:
@@ -447,7 +500,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     name, model, target = _load(args)
     _writable(args.json, "--json")
-    result = bench(name, model, target, _inputs(args, model), repeat=args.repeat)
+    result = bench(name, model, target, _inputs(args, model), repeat=args.repeat, host=host_option(args))
     print("\n".join(result.lines()))
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=1))
@@ -460,7 +513,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     name, model, target = _load(args)
     results = tune(model, target, args.work_dir, args.trials, rpc=args.rpc, key=args.key, workers=args.workers,
-                   plans=not args.no_plans, progress=show_progress(None))
+                   plans=not args.no_plans, timeout_sec=args.timeout, progress=show_progress(None))
     print(f"tuned {name} for '{target}': {len(results)} distinct NPU operators, records in {args.work_dir}")
     for r in results:
         print(f"  {r.name:<60s} x{r.calls}  {r.trials:>4d}/{r.space:<5d} measured  {r.speedup:.3f}x "
@@ -534,10 +587,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     target = target_option(args)
     model = BUNDLED[DEMO_MODEL]()
     inputs = default_inputs(model)
-    run = compare(DEMO_MODEL, model, target, inputs, repeat=args.repeat)
-    print(f"{DEMO_MODEL} ({PROG} demo): compiled for '{target}', run on the NPU simulator and on llvm\n")
+    print(f"{DEMO_MODEL} ({PROG} demo): compiling for '{target}', running on the NPU simulator, on llvm "
+          f"and on onnxruntime\n", flush=True)
+    run = compare(DEMO_MODEL, model, target, inputs, repeat=args.repeat, host=host_option(args))
+    print("\n".join(run.result.lines()) + "\n")
     print(run.report.table())
-    print("\n".join(run.result.lines()))
     pairs = list(zip(run.outputs, run.expected, strict=False))
     bad = [i for i, (a, b) in enumerate(pairs) if a.shape != b.shape or not np.allclose(a, b, rtol=RTOL, atol=ATOL)]
     if bad or len(run.outputs) != len(run.expected):

@@ -506,13 +506,15 @@ def tune(
     trials_per_iter: int = 16,
     plans: bool = True,
     seed: int = 0,
+    timeout_sec: float = 600.0,
     progress: bool = True,
 ) -> list[TaskResult]:
     """Tune ``model`` for ``target`` with meta_schedule; records go to ``work_dir`` (see the module
     docstring). ``trials`` is meta_schedule's global trial budget for the operator tasks;
     ``rpc="HOST:PORT"`` measures on the servers registered with that tracker under ``key``
     (``python -m tvm_npu.rpc_server``), else ``workers`` local processes (default: one per core).
-    ``plans`` also searches the plans of the model's partitions (:mod:`tvm_npu.plan_search`)."""
+    ``plans`` also searches the plans of the model's partitions (:mod:`tvm_npu.plan_search`). A candidate
+    whose build or measurement takes longer than ``timeout_sec`` is recorded as a failed trial."""
     from tvm_npu.driver import plan_model
     from tvm_npu.measure import NpuLocalRunner, rpc_runner
 
@@ -522,9 +524,10 @@ def tune(
     tasks = extract_tasks(plan_model(model, npu, params=params))
     if not tasks:
         raise ValueError("the model has no NPU operators to tune")
-    runner = rpc_runner(rpc, key) if rpc else NpuLocalRunner(workers)
+    runner = (rpc_runner(rpc, key, timeout_sec=timeout_sec) if rpc
+              else NpuLocalRunner(workers, timeout_sec=timeout_sec))
     results = tune_tasks(tasks, npu, work_dir, trials, runner=runner, workers=workers,
-                         trials_per_iter=trials_per_iter, seed=seed)
+                         trials_per_iter=trials_per_iter, seed=seed, timeout_sec=timeout_sec)
     if plans:
         from tvm_npu.plan_search import search
 
@@ -535,7 +538,7 @@ def tune(
 
 def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | os.PathLike, trials: int, *,
                runner: object, workers: int | None = None, trials_per_iter: int = 16,
-               seed: int = 0) -> list[TaskResult]:
+               seed: int = 0, timeout_sec: float = 600.0) -> list[TaskResult]:
     """meta_schedule over ``tasks`` (see :func:`extract_tasks`), measured with ``runner``
     (``tvm_npu.measure``); returns per task the cost model's tile and the best one, measured."""
     import tvm.s_tir.meta_schedule as ms
@@ -543,7 +546,7 @@ def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | o
     npu = parse_target(target)
     db = open_database(work_dir)
     LegalTile, MutateParameter, TileFeatures, NpuBuilder = _components()
-    builder = NpuBuilder(workers)
+    builder = NpuBuilder(workers, timeout_sec=timeout_sec)
     mods = [workload(t, npu) for t in tasks]
     known = best_records(work_dir, npu)
     defaults = {k: b.seconds for k, b in known.items()}
