@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from .extract import static_shape
+from .lifted import Lifted, with_lifted_constants
 
 
-def _scalar(expr: relax.Expr) -> float | None:
+def _scalar(expr: relax.Expr, lifted: Lifted) -> float | None:
     """The value of a one-element float constant, else None."""
-    if not isinstance(expr, tvm.ir.expr.GenericConst):
-        return None
-    v = np.asarray(expr.value.numpy())
-    return float(v.reshape(())) if v.size == 1 and v.dtype.kind == "f" else None
+    v = lifted.value(expr)
+    return float(v.reshape(())) if v is not None and v.size == 1 and v.dtype.kind == "f" else None
 
 
 def _channel_window(pool: relax.Call) -> tuple[int, int, int] | None:
@@ -50,8 +48,8 @@ def _channel_window(pool: relax.Call) -> tuple[int, int, int] | None:
     return kernel[0], pad[0], pad[3]
 
 
-def _lrn_to_pool(func: relax.Function) -> relax.Function:
-    x, alpha, bias, beta = wildcard(), is_const(), is_const(), is_const()
+def _lrn_to_pool(func: relax.Function, lifted: Lifted) -> relax.Function:
+    x, alpha, bias, beta = wildcard(), wildcard(), wildcard(), wildcard()  # constants: lifted to vars
     expand = is_op("relax.expand_dims")(is_op("relax.multiply")(x, x))
     window = is_op("relax.nn.avg_pool3d")(expand)
     squeezed = is_op("relax.squeeze")(window)
@@ -60,7 +58,7 @@ def _lrn_to_pool(func: relax.Function) -> relax.Function:
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
         shape, win = static_shape(m[x]), _channel_window(m[window])
-        a, b, p = _scalar(m[alpha]), _scalar(m[bias]), _scalar(m[beta])
+        a, b, p = (_scalar(m[k], lifted) for k in (alpha, bias, beta))
         if (shape is None or len(shape) < 3 or win is None or None in (a, b, p) or not math.isfinite(p)
                 or [int(v) for v in m[expand].attrs.axis] != [1] or [int(v) for v in m[squeezed].attrs.axis] != [1]
                 or static_shape(orig) != shape or str(orig.ty.dtype) not in ("float32", "float16")):
@@ -82,4 +80,4 @@ def _lrn_to_pool(func: relax.Function) -> relax.Function:
 def lrn_to_pool(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """The importer's LRN (``avg_pool3d`` over a channel window, ``power``, ``divide``) as a 2-D pool over a
     (channels x positions) view with a scale / bias / power / multiply epilogue (module docstring)."""
-    return _lrn_to_pool(func)
+    return with_lifted_constants(func, _lrn_to_pool)

@@ -21,6 +21,7 @@ disassembly from the codegen.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -52,6 +53,8 @@ from tvm_npu.tiles import TileParams
 from tvm_npu.tir_schedules.plan import plan_partition
 
 Model = tvm.IRModule | onnx.ModelProto | str | os.PathLike
+#: What ``host=`` takes: an llvm target as TVM's dict (or its JSON text), ``"llvm -key=value ..."``, or a Target.
+HostTarget = str | Mapping[str, Any] | tvm.target.Target | None
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,7 @@ def build(
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
     database: str | os.PathLike | None = None,
+    host: HostTarget = None,
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
@@ -311,9 +315,11 @@ def build(
     named function parameters as constants; ``dump_dir`` (or ``$TVM_NPU_DUMP``) receives
     every intermediate form; ``database`` (a work directory of :func:`tune`) applies what tuning
     measured for this target: the best tile of every operator and the best plan of every partition;
-    ``tiles`` overrides the tile choice per operator signature directly.
+    ``tiles`` overrides the tile choice per operator signature directly; ``host`` is the llvm target of
+    the host part (:func:`host_target`: a ``-mcpu``, ``-num-cores``, or an ``-mtriple`` to cross-compile).
     """
-    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database)[0]
+    return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database,
+                           host=host)[0]
 
 
 def build_with_info(
@@ -324,9 +330,11 @@ def build_with_info(
     dump_dir: str | os.PathLike | None = None,
     tiles: Mapping[str, TileParams] | None = None,
     database: str | os.PathLike | None = None,
+    host: HostTarget = None,
 ) -> tuple[relax.VMExecutable, BuildInfo]:
     """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
     npu = parse_target(target)
+    llvm = host_target(host)  # checked before any work
     choices = None
     if database is not None:
         from tvm_npu.plan_search import load_choices
@@ -360,7 +368,7 @@ def build_with_info(
         if stage.name == "partition":
             info = partition_info(mod)
     t0 = time.perf_counter()
-    ex = relax.build(mod, target=host_target())
+    ex = relax.build(mod, target=llvm)
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
@@ -373,18 +381,59 @@ def _tuned(plans: list[PartitionPlan], tiles: Mapping[str, TileParams] | None) -
     return sum(1 for p in plans for op in p.ops if tiles and tiles.get(spec_key(op.spec)) == op.tile)
 
 
-def host_target() -> tvm.target.Target:
-    """The host (llvm) target every non-NPU operator is compiled for."""
-    return tvm.target.Target({"kind": "llvm"})
+def host_target(host: HostTarget = None) -> tvm.target.Target:
+    """The llvm target every non-NPU operator is compiled for; ``None`` is a generic ``{"kind": "llvm"}``.
+
+    ``host`` is TVM's dict form (``{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}``, or
+    ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}`` to cross-compile), its JSON text, or the
+    ``"llvm -mcpu=znver3 -num-cores=2"`` string older TVM releases took (TVM 0.27 parses only the dict,
+    so the string is split here). An unknown option, another kind than llvm or a CPU LLVM does not
+    know for the triple is a ``ValueError`` naming it.
+    """
+    if host is None:
+        return tvm.target.Target({"kind": "llvm"})
+    if isinstance(host, str):
+        text = host.strip()
+        if text.startswith("{"):
+            try:
+                host = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"host target {host!r} is not valid JSON ({e.msg})") from None
+        else:
+            kind, *options = text.split()
+            bad = [o for o in options if not o.startswith("-") or "=" not in o]
+            if bad:
+                raise ValueError(f"host target {host!r}: {bad[0]!r} is not -key=value; accepted: "
+                                 "'llvm -mcpu=CPU -mtriple=TRIPLE -num-cores=N ...' or TVM's dict form")
+            host = {"kind": kind, **{k.lstrip("-"): int(v) if v.isdigit() else v
+                                     for k, v in (o.split("=", 1) for o in options)}}
+    if isinstance(host, Mapping):
+        try:
+            host = tvm.target.Target(dict(host))
+        except Exception as e:  # TVM lists the known options in a multi-line message
+            raise ValueError(f"host target {dict(host)}: {str(e).strip().splitlines()[-1]}") from None
+    if not isinstance(host, tvm.target.Target):
+        raise TypeError(f"host must be an llvm target (a dict, a string or a tvm.target.Target), "
+                        f"not {type(host).__name__}")
+    if host.kind.name != "llvm":
+        raise ValueError(f"host target {host}: kind {host.kind.name!r}; the host part is compiled for llvm only")
+    mcpu = host.attrs.get("mcpu")
+    triple = str(host.attrs.get("mtriple", "")) or tvm.target.codegen.llvm_get_system_triple()
+    if mcpu and not tvm.target.codegen.llvm_is_valid_cpu(str(mcpu), triple):
+        raise ValueError(f"host target: LLVM knows no CPU {str(mcpu)!r} for {triple} "
+                         f"(e.g. {tvm.target.codegen.llvm_get_system_cpu()!r} is this machine's)")
+    return host
 
 
-def build_reference(model: Model, *, params: Mapping[str, Any] | None = None) -> relax.VMExecutable:
+def build_reference(model: Model, *, params: Mapping[str, Any] | None = None,
+                    host: HostTarget = None) -> relax.VMExecutable:
     """The same model built for llvm only: the numerical reference and the speed baseline.
 
     It computes what the NPU build computes: QDQ regions as integer kernels (the semantics of
     onnxruntime's quantized operators, not TVM's fp32 emulation of them) and fp16 operators
     with fp32 accumulation (:func:`~tvm_npu.relay_patterns.semantic_passes`). An fp32 model
-    compiled with ``-precision=fp16`` is compared with this fp32 reference.
+    compiled with ``-precision=fp16`` is compared with this fp32 reference. ``host``: as for :func:`build`.
     """
+    llvm = host_target(host)
     mod = _seq(semantic_passes())(_bind(params)(load_model(model)))
-    return relax.build(mod, target=host_target())
+    return relax.build(mod, target=llvm)
