@@ -28,6 +28,7 @@ setup(
         "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17", "onnxconverter-common>=1.16",
                  *TUNE],
         "quantize": ["onnxruntime>=1.17"],
+        "benchmark": ["onnxruntime>=1.17"],  # the CPU reference column of bench and benchmarks/compare_llvm.py
         "tune": TUNE,
     },
     entry_points={"console_scripts": ["tvm-npu=tvm_npu.cli:main"]},

@@ -4,6 +4,7 @@
 callback, so ``tvm.runtime.load_module`` of an exported NPU model works afterwards.
 """
 
+from .byoc import partition_for_npu
 from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_target
 from .driver import BuildInfo, build, build_reference, build_with_info, load_model, tune
 from .relay_patterns import HostFallbackWarning
@@ -24,6 +25,7 @@ __all__ = [
     "last_runs",
     "load_model",
     "parse_target",
+    "partition_for_npu",
     "profile",
     "tune",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class PartitionRun:
     artifact: Artifact
     stats: RunStats
     trace: tuple[TraceEvent, ...] = ()
+    wall_s: float = 0.0  # host wall time of the call: the simulator, binding the tensors, decoding on first use
 
 
 @dataclass
@@ -49,6 +51,12 @@ class Profile:
     @property
     def total_cycles(self) -> int:
         return sum(r.stats.total_cycles for r in self.runs)
+
+    @property
+    def npu_call_seconds(self) -> float:
+        """Wall time spent inside NPU partition calls (simulating them): subtracted from a VM run's wall
+        time, what is left is the host's share of the inference (see :func:`tvm_npu.bench.host_seconds`)."""
+        return sum(r.wall_s for r in self.runs)
 
     # The report, trace and plot live in analysis.py and bench.py, which import this module: imported on use.
     def report(self, host_macs: int = 0) -> ModelReport:
@@ -105,7 +113,13 @@ def _active() -> list[Profile]:
 
 
 def _invoke(blob: bytes, symbol: str, args: list) -> None:
-    """Run ``symbol`` on DPS ``args`` (inputs, then outputs) in the simulator."""
+    """Run ``symbol`` on DPS ``args`` (inputs, then outputs) in the simulator.
+
+    The call times itself (``PartitionRun.wall_s``): everything from here to the return is NPU
+    work that a device would replace by its simulated cycles; the VM's own dispatch into this
+    callback stays on the host's side of the ledger, as a device driver's would.
+    """
+    start = time.perf_counter()
     entry = _loaded(blob)
     art = entry.artifact
     names = art.inputs + art.outputs
@@ -117,7 +131,7 @@ def _invoke(blob: bytes, symbol: str, args: list) -> None:
     trace = any(p.trace for p in profiles)
     timing_only = any(p.timing_only for p in profiles)
     result = entry.sim.run(entry.program, tensors, timing_only=timing_only, trace=trace)
-    run = PartitionRun(symbol, art, result.stats, tuple(result.trace or ()))
+    run = PartitionRun(symbol, art, result.stats, tuple(result.trace or ()), time.perf_counter() - start)
     _last[symbol] = run
     for p in profiles:
         p.runs.append(run)
@@ -129,6 +143,8 @@ def profile(trace: bool = False, timing_only: bool = False) -> Iterator[Profile]
 
     ``trace=True`` also keeps per-instruction timelines (for per-layer reports and
     Perfetto traces); ``timing_only=True`` skips the numerics (outputs are not written).
+    Profiles are per thread: a VM running in another thread records into that thread's
+    profiles, never into this one.
     """
     prof = Profile(trace=trace, timing_only=timing_only)
     _active().append(prof)

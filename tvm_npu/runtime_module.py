@@ -94,6 +94,13 @@ def load_extension() -> tvm_ffi.Module:
     The build goes to the tvm-ffi cache (``$TVM_FFI_CACHE_DIR`` or ``~/.cache/tvm-ffi``),
     keyed by a hash of the source, so later processes only ``dlopen`` it. The library is
     kept loaded for the life of the process because module objects use its vtable.
+
+    A process killed while compiling leaves nothing that a later one would load: tvm-ffi builds
+    under a file lock (``flock``: released by the kernel when the holder dies) with ninja, which
+    records a step in ``.ninja_log`` only once it has finished, and rebuilds any output without a
+    record or older than its inputs. A half-written object or library is therefore rebuilt, and a
+    half-written ``main.cpp`` differs from the source and is rewritten (tests/e2e/test_runtime_cache.py
+    kills a build and truncates the library to check both). So no temporary directory and rename.
     """
     global _extension, _create_fn, _create_from_buffer_fn, _load_fn, _save_fn
     with _lock:
