@@ -85,6 +85,42 @@ class GroupReport:
 
 
 @dataclass(frozen=True)
+class DeploymentMemory:
+    """What a model needs on the device (bytes): :func:`tvm_npu.inspect.deployment_memory` explains each figure;
+    ``tvm-npu inspect`` and ``tvm-npu profile`` print it alike (:meth:`lines`)."""
+
+    npu_weight_bytes: int
+    host_weight_bytes: int
+    peak_activation_bytes: int
+    program_bytes: int
+    sram_high_water: int
+    sram_largest_op: int
+    sram_bytes: int  # the target's -max-sram-bytes
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.npu_weight_bytes + self.host_weight_bytes + self.peak_activation_bytes + self.program_bytes
+
+    def to_json(self) -> dict[str, int]:
+        return {**asdict(self), "dram_bytes": self.dram_bytes}
+
+    def lines(self) -> list[str]:
+        """The device DRAM and the SRAM high-water, one line each."""
+        return [f"device DRAM: {kib(self.dram_bytes)} KiB = weights {kib(self.npu_weight_bytes)} KiB (NPU) + "
+                f"{kib(self.host_weight_bytes)} KiB (host operators) + peak live activations "
+                f"{kib(self.peak_activation_bytes)} KiB + NPU programs {kib(self.program_bytes)} KiB",
+                f"SRAM high-water: {kib(self.sram_high_water)} KiB of {kib(self.sram_bytes)} KiB (-max-sram-bytes)"
+                + (f"; the largest operator needs {kib(self.sram_largest_op)} KiB, consecutive operators' buffers "
+                   f"are placed apart so that one's loads overlap the other's work"
+                   if self.sram_high_water > 1.1 * self.sram_largest_op else "")]
+
+
+def kib(nbytes: int) -> str:
+    """``nbytes`` in KiB, whole above 1 KiB, to two decimals below (so a small figure is not shown as 0)."""
+    return f"{nbytes / 1024:,.0f}" if nbytes >= 1024 or not nbytes else f"{nbytes / 1024:.2f}"
+
+
+@dataclass(frozen=True)
 class ModelReport:
     """All NPU layers of one profiled run, plus the whole-model figures."""
 
@@ -102,6 +138,7 @@ class ModelReport:
     weight_bytes: int = 0
     program_bytes: int = 0
     sram_high_water: int = 0  # the simulator's: the highest SRAM byte any run touched
+    memory: DeploymentMemory | None = None  # the build's (tvm-npu inspect's figures), when the report has its build
 
     @property
     def efficiency(self) -> float:
@@ -122,7 +159,8 @@ class ModelReport:
                       "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
                       "npu_macs": self.npu_macs, "host_macs": self.host_macs,
                       "layout_transforms": self.layout_transforms, "weight_bytes": self.weight_bytes,
-                      "program_bytes": self.program_bytes, "sram_high_water": self.sram_high_water},
+                      "program_bytes": self.program_bytes, "sram_high_water": self.sram_high_water,
+                      "memory": self.memory.to_json() if self.memory is not None else None},
             "layers": [asdict(x) for x in self.layers],
             "groups": [asdict(g) for g in self.groups],
         }
@@ -166,9 +204,12 @@ class ModelReport:
                      f"({self.dram_bytes / max(self.compulsory_bytes, 1):.2f}x compulsory), "
                      f"NPU MACs {self.npu_macs / 1e9:.3f} G, host MACs {self.host_macs / 1e9:.3f} G, "
                      f"layout transforms on host {self.layout_transforms}")
-        lines.append(f"device memory: NPU weights {self.weight_bytes / 1024:,.0f} KiB, NPU programs "
-                     f"{self.program_bytes / 1024:,.0f} KiB, SRAM high-water {self.sram_high_water / 1024:,.0f} KiB "
-                     f"(activations and host weights: tvm-npu inspect)")
+        if self.memory is not None:
+            lines += self.memory.lines()
+        else:
+            lines.append(f"device memory: NPU weights {kib(self.weight_bytes)} KiB, NPU programs "
+                         f"{kib(self.program_bytes)} KiB, SRAM high-water {kib(self.sram_high_water)} KiB "
+                         f"(activations and host weights: tvm-npu inspect)")
         return "\n".join(lines)
 
 
@@ -370,9 +411,11 @@ def model_bound(profile: Profile, io_bytes: int) -> float:
     return max(compute, (io_bytes + sum(weights.values())) / hw.dram_bytes_per_cycle)
 
 
-def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_bytes: int = 0) -> ModelReport:
+def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_bytes: int = 0,
+           memory: DeploymentMemory | None = None) -> ModelReport:
     """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``;
-    ``io_bytes``: the model's own input and output bytes (for the model-level bound)."""
+    ``io_bytes``: the model's own input and output bytes (for the model-level bound); ``memory``: its build's
+    deployment memory (:func:`tvm_npu.inspect.build_memory`)."""
     if any(not run.trace for run in profile.runs):
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
     layers: list[LayerReport] = []
@@ -386,6 +429,7 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
         weight_bytes=sum(m.weight_bytes for m in distinct.values()),
         program_bytes=sum(m.program_bytes for m in distinct.values()),
         sram_high_water=max((r.stats.sram_high_water for r in profile.runs), default=0),
+        memory=memory,
         model_bound_cycles=model_bound(profile, io_bytes),
         layers=tuple(layers),
         groups=tuple(groups),

@@ -600,8 +600,10 @@ def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
 
 
 def model_report(prof: Profile, info: BuildInfo) -> ModelReport:
-    """The per-layer report of a traced run, with the host figures of its build."""
-    return report(prof, info.host_macs, info.layout_transforms, info.io_bytes)
+    """The per-layer report of a traced run, with the host figures and the deployment memory of its build."""
+    from tvm_npu.inspect import build_memory  # imported here: tvm_npu.inspect imports this module
+
+    return report(prof, info.host_macs, info.layout_transforms, info.io_bytes, build_memory(info))
 
 
 # ------------------------------------------------------------------- trace and roofline

@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
         the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the datasheet
         bound, efficiency and the binding resource), one row per layer group
         (-fusion=3: slicing, SRAM peak, DRAM bytes saved, cycles against the members' bounds and
-        the planner's prediction) and the whole-model figures.""")
+        the planner's prediction), the whole-model figures and the device memory as 'inspect'
+        shows it (weights, peak live activations, NPU programs, SRAM high-water).""")
     _model_args(p)
     _inputs_arg(p)
     p.add_argument("--trace", type=Path, metavar="OUT.json",

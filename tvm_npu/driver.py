@@ -25,7 +25,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,11 @@ class BuildInfo:
     io_bytes: int = 0  # the model's own inputs and outputs (for the model-level bound)
     tuned_ops: int = 0  # NPU operators compiled with a tile from the tuning database
     tuned_plans: int = 0  # partitions planned as the tuning database's plan search chose
+    # what tvm_npu.inspect reads the deployment memory from (tvm_npu.inspect.build_memory): the target, the
+    # module after partitioning (host operators, calls of NPU functions) and after codegen (the NPU programs)
+    target: str = ""
+    partitioned: tvm.IRModule | None = field(default=None, repr=False, compare=False)
+    compiled: tvm.IRModule | None = field(default=None, repr=False, compare=False)
 
 
 def io_bytes(mod: tvm.IRModule) -> int:
@@ -351,7 +356,7 @@ def build_with_info(
     mod = load_model(model)
     seconds["import"] = time.perf_counter() - t0
     _dump(dump_path, 0, "import", mod)
-    info = None
+    info = partitioned = None
     inserted = model_io = 0
     before = count_transforms(mod)
     plans: list[PartitionPlan] = []
@@ -366,13 +371,14 @@ def build_with_info(
         if stage.name == "layout":
             inserted = count_transforms(mod)
         if stage.name == "partition":
-            info = partition_info(mod)
+            info, partitioned = partition_info(mod), mod
     t0 = time.perf_counter()
     ex = relax.build(mod, target=llvm)
     seconds["host"] = time.perf_counter() - t0
     assert info is not None
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
-                         stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io,
+                         stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io, target=str(npu),
+                         partitioned=partitioned, compiled=mod,
                          tuned_ops=_tuned(plans, tiles) if database is not None else 0, tuned_plans=len(chosen))
 
 

@@ -32,11 +32,18 @@ import onnx
 import tvm
 from tvm import relax
 
-from tvm_npu.analysis import columns, program_memory
+from tvm_npu.analysis import DeploymentMemory, columns, kib, program_memory
 from tvm_npu.artifact import Artifact
 from tvm_npu.bench import TensorSpec, model_inputs, resolve_model, shape_text
 from tvm_npu.config import NpuTarget, parse_target
-from tvm_npu.driver import Model, _call_macs, is_npu_function, load_model, stages  # _call_macs: partition_info's
+from tvm_npu.driver import (
+    BuildInfo,
+    Model,
+    _call_macs,  # partition_info's MACs of a host call
+    is_npu_function,
+    load_model,
+    stages,
+)
 from tvm_npu.ops import ElementwiseSpec
 from tvm_npu.plan import PartitionPlan
 from tvm_npu.relay_patterns.layout import is_layout_transform
@@ -75,23 +82,6 @@ class PartitionSummary:
 
 
 @dataclass(frozen=True)
-class DeploymentMemory:
-    """What the model needs on the device (bytes); see the module docstring."""
-
-    npu_weight_bytes: int
-    host_weight_bytes: int
-    peak_activation_bytes: int
-    program_bytes: int
-    sram_high_water: int
-    sram_largest_op: int
-    sram_bytes: int  # the target's -max-sram-bytes
-
-    @property
-    def dram_bytes(self) -> int:
-        return self.npu_weight_bytes + self.host_weight_bytes + self.peak_activation_bytes + self.program_bytes
-
-
-@dataclass(frozen=True)
 class Inspection:
     """Everything ``tvm-npu inspect`` prints, also as JSON (:meth:`to_json`)."""
 
@@ -112,9 +102,8 @@ class Inspection:
         return sum(o.macs for o in self.operators if o.where == "host")
 
     def to_json(self) -> dict[str, Any]:
-        data = {**asdict(self), "npu_macs": self.npu_macs, "host_macs": self.host_macs}
-        data["memory"]["dram_bytes"] = self.memory.dram_bytes
-        return data
+        return {**asdict(self), "npu_macs": self.npu_macs, "host_macs": self.host_macs,
+                "memory": self.memory.to_json()}
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
@@ -135,20 +124,13 @@ class Inspection:
         lines += [f"MACs: {self.npu_macs / 1e6:,.1f} M on the NPU ({self.npu_macs / total if total else 0:.1%}), "
                   f"{self.host_macs / 1e6:,.1f} M on the host"]
         if self.partitions:
-            rows = [(p.label, str(p.calls), str(p.operators), _macs(p.macs), _kib(p.program_bytes),
-                     _kib(p.weight_bytes), _kib(p.scratch_bytes), _kib(p.sram_high_water), _short(p.symbol))
+            rows = [(p.label, str(p.calls), str(p.operators), _macs(p.macs), kib(p.program_bytes),
+                     kib(p.weight_bytes), kib(p.scratch_bytes), kib(p.sram_high_water), _short(p.symbol))
                     for p in self.partitions]
             lines += ["", "partitions:"]
             lines += ["  " + line for line in columns(("part", "calls", "ops", "MACs", "program KiB", "weights KiB",
                                                         "scratch KiB", "SRAM KiB", "symbol"), rows)]
-        m = self.memory
-        lines += ["", f"device DRAM: {_kib(m.dram_bytes)} KiB = weights {_kib(m.npu_weight_bytes)} KiB (NPU) + "
-                  f"{_kib(m.host_weight_bytes)} KiB (host operators) + peak live activations "
-                  f"{_kib(m.peak_activation_bytes)} KiB + NPU programs {_kib(m.program_bytes)} KiB",
-                  f"SRAM high-water: {_kib(m.sram_high_water)} KiB of {_kib(m.sram_bytes)} KiB (-max-sram-bytes)"
-                  + (f"; the largest operator needs {_kib(m.sram_largest_op)} KiB, consecutive operators' buffers are "
-                     f"placed apart so that one's loads overlap the other's work"
-                     if m.sram_high_water > 1.1 * m.sram_largest_op else "")]
+        lines += ["", *self.memory.lines()]
         return "\n".join(lines)
 
 
@@ -166,37 +148,63 @@ def inspect_model(model: Model, target: str | NpuTarget = "npu", name: str | Non
             if stage.name == "partition":
                 partitioned = mod
     assert partitioned is not None
-    modules = mod.attrs["external_mods"] if mod.attrs and "external_mods" in mod.attrs else []
-    artifacts = {a.symbol: a for a in (Artifact.decode(module_blob(m)) for m in modules)}
-    main = partitioned["main"]
-    labels: dict[str, str] = {}
-    calls: dict[str, int] = {}
-    operators: list[OperatorPlacement] = []
+    partitions = npu_partitions(partitioned, mod, plans)
+    label_of = {p.symbol: p.label for p in partitions}
     plan_of = {p.symbol: p for p in plans}
-    for var, call in _calls(main):
-        if isinstance(call.op, relax.GlobalVar) and is_npu_function(partitioned[call.op]):
-            symbol = str(partitioned[call.op].attrs["global_symbol"])
-            label = labels.setdefault(symbol, f"p{len(labels)}")
-            calls[symbol] = calls.get(symbol, 0) + 1
+    operators: list[OperatorPlacement] = []
+    for var, call in _calls(partitioned["main"]):
+        symbol = _npu_symbol(partitioned, call)
+        if symbol is not None:
             operators += [OperatorPlacement("NPU", _npu_op(op.spec), _result(op.spec.out.shape,
-                                            op.spec.out.dtype.np.name), int(op.spec.macs), label)
+                                            op.spec.out.dtype.np.name), int(op.spec.macs), label_of[symbol])
                           for op in plan_of[symbol].ops]
         elif isinstance(call.op, tvm.ir.Op):
             operators.append(OperatorPlacement("host", call.op.name.removeprefix("relax."), _type_text(var.ty),
                                                _call_macs(call), reason=_host_reason(call, refusals.get(var))))
-    partitions = tuple(_partition(labels[s], s, calls[s], plan_of[s], artifacts[s]) for s in labels)
-    host_weights = {c: None for _, call in _calls(main) if isinstance(call.op, tvm.ir.Op)
+    return Inspection(name or _name(model), str(npu), inputs, outputs, tuple(operators), partitions,
+                      deployment_memory(partitioned, partitions, npu))
+
+
+def npu_partitions(partitioned: tvm.IRModule, compiled: tvm.IRModule,
+                   plans: Sequence[PartitionPlan]) -> tuple[PartitionSummary, ...]:
+    """The NPU partitions ``main`` of ``partitioned`` (the module after the partition stage) calls, labelled
+    ``p0``, ``p1``, ... in order of first call as the profile's report labels them; ``compiled``: the module
+    after codegen (its external modules hold the programs); ``plans``: the plan stage's."""
+    modules = compiled.attrs["external_mods"] if compiled.attrs and "external_mods" in compiled.attrs else []
+    artifacts = {a.symbol: a for a in (Artifact.decode(module_blob(m)) for m in modules)}
+    plan_of = {p.symbol: p for p in plans}
+    calls: dict[str, int] = {}  # in order of first call
+    for _, call in _calls(partitioned["main"]):
+        symbol = _npu_symbol(partitioned, call)
+        if symbol is not None:
+            calls[symbol] = calls.get(symbol, 0) + 1
+    return tuple(_partition(f"p{i}", s, n, plan_of[s], artifacts[s]) for i, (s, n) in enumerate(calls.items()))
+
+
+def deployment_memory(partitioned: tvm.IRModule, partitions: Sequence[PartitionSummary],
+                      target: NpuTarget) -> DeploymentMemory:
+    """What the device holds for the model (see the module docstring): ``partitions`` as :func:`npu_partitions`
+    gives them for ``partitioned``, the module after the partition stage."""
+    host_weights = {c: None for _, call in _calls(partitioned["main"]) if isinstance(call.op, tvm.ir.Op)
                     for c in call.args if isinstance(c, tvm.ir.expr.GenericConst)}
-    memory = DeploymentMemory(
+    return DeploymentMemory(
         npu_weight_bytes=sum(p.weight_bytes for p in partitions),
         host_weight_bytes=sum(c.value.numpy().nbytes for c in host_weights),
-        peak_activation_bytes=_peak_live(partitioned, {s: p.scratch_bytes for s, p in zip(labels, partitions,
-                                                                                        strict=True)}),
+        peak_activation_bytes=_peak_live(partitioned, {p.symbol: p.scratch_bytes for p in partitions}),
         program_bytes=sum(p.program_bytes for p in partitions),
         sram_high_water=max((p.sram_high_water for p in partitions), default=0),
         sram_largest_op=max((p.sram_largest_op for p in partitions), default=0),
-        sram_bytes=npu.hw.max_sram_bytes)
-    return Inspection(name or _name(model), str(npu), inputs, outputs, tuple(operators), partitions, memory)
+        sram_bytes=target.hw.max_sram_bytes)
+
+
+def build_memory(info: BuildInfo) -> DeploymentMemory:
+    """The deployment memory of a build from what :func:`tvm_npu.build_with_info` returns with it: the
+    figures ``tvm-npu inspect`` shows for the same model and target (``tvm-npu profile`` prints them)."""
+    if info.partitioned is None or info.compiled is None:
+        raise ValueError("this BuildInfo holds no partitioned and compiled modules; accepted: the BuildInfo "
+                         "tvm_npu.build_with_info returns")
+    partitions = npu_partitions(info.partitioned, info.compiled, info.plans)
+    return deployment_memory(info.partitioned, partitions, parse_target(info.target))
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -252,6 +260,13 @@ def _nbytes(ty: Any) -> int:
     if not isinstance(ty, relax.TensorType) or not all(isinstance(d, int) for d in dims) or ty.dtype == "void":
         return 0
     return int(np.prod(dims, dtype=np.int64)) * np.dtype(str(ty.dtype)).itemsize
+
+
+def _npu_symbol(mod: tvm.IRModule, call: relax.Call) -> str | None:
+    """The global symbol of the NPU partition ``call`` calls; None for any other call."""
+    if isinstance(call.op, relax.GlobalVar) and is_npu_function(mod[call.op]):
+        return str(mod[call.op].attrs["global_symbol"])
+    return None
 
 
 def _calls(func: relax.Function) -> Iterator[tuple[relax.Var, relax.Call]]:
@@ -335,10 +350,6 @@ def _peak_live(mod: tvm.IRModule, scratch: dict[str, int]) -> int:
 
 def _macs(macs: int) -> str:
     return f"{macs / 1e6:.1f}M" if macs else "-"
-
-
-def _kib(nbytes: int) -> str:
-    return f"{nbytes / 1024:,.0f}" if nbytes >= 1024 or not nbytes else f"{nbytes / 1024:.2f}"
 
 
 def _short(symbol: str, keep: int = 60) -> str:

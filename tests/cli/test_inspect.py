@@ -175,8 +175,25 @@ def test_profile_report_is_readable(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert {x["name"] for x in layers if x["label"].startswith("p1/")} and "p3/" in stdout
     assert "conv3x3/s2 (1, 3, 64, 64)->(1, 32, 32, 32) +bias+relu" in stdout  # not cut at 48 characters
     assert f"wrote {plot} ({len(layers)} layers" in stdout  # pooling and elementwise layers are plotted too
-    assert "device memory: NPU weights" in stdout
+    assert "peak live activations" in stdout  # the device memory as inspect shows it
     assert plot.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_profile_shows_the_memory_inspect_shows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Same model, same target: profile's deployment memory (JSON and text) is inspect's, host weights and peak
+    live activations included; its run-time figures agree with it."""
+    profiled, inspected = tmp_path / "profile.json", tmp_path / "inspect.json"
+    profile_out = in_process_ok(capsys, "profile", "tiny_convnet", "--target", SMALL, "--json", profiled,
+                                "--timing-only", "--repeat", "1")
+    inspect_out = in_process_ok(capsys, "inspect", "tiny_convnet", "--target", SMALL, "--json", inspected)
+    memory = json.loads(inspected.read_text())["memory"]
+    model = json.loads(profiled.read_text())["model"]
+    assert model["memory"] == memory
+    assert memory["host_weight_bytes"] > 0 and memory["peak_activation_bytes"] > 0  # three convs on the host
+    assert (model["weight_bytes"], model["program_bytes"], model["sram_high_water"]) == (
+        memory["npu_weight_bytes"], memory["program_bytes"], memory["sram_high_water"])
+    lines = [line for line in inspect_out.splitlines() if line.startswith(("device DRAM:", "SRAM high-water:"))]
+    assert len(lines) == 2 and set(lines) <= set(profile_out.splitlines()), lines
 
 
 def test_waste_is_part_of_the_dram_column() -> None:
