@@ -40,7 +40,7 @@ from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.measure import NpuLocalRunner, measure_paths, seconds_to_cycles, write_artifact
 from tvm_npu.ops import TensorRef, spec_key
 from tvm_npu.plan import GroupChoice, PartitionGraph, PartitionPlan, PlanChoice, PlanChoiceWarning
-from tvm_npu.tiles import TileParams
+from tvm_npu.tiles import TileParams, tile_to_json
 from tvm_npu.tir_schedules import groups
 from tvm_npu.tir_schedules.plan import group_planner, plan_partition
 
@@ -222,6 +222,8 @@ class PartitionRecord:
     target: str
     symbol: str
     variants: tuple[Measured, ...]
+    #: :func:`tiles_fingerprint` of the tuned tiles the variants were planned with ("" for none)
+    tiles: str = ""
 
     @property
     def best(self) -> Measured | None:
@@ -234,13 +236,14 @@ class PartitionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best
-        return {"target": self.target, "symbol": self.symbol, "variants": [m.to_dict() for m in self.variants],
+        return {"target": self.target, "symbol": self.symbol, "tiles": self.tiles,
+                "variants": [m.to_dict() for m in self.variants],
                 "best": None if best is None else {"choice": best.choice.to_dict(), "cycles": best.cycles}}
 
     @classmethod
     def from_dict(cls, key: str, d: Mapping[str, Any]) -> PartitionRecord:
         rec = cls(key, str(parse_target(str(d["target"]))), str(d["symbol"]),
-                  tuple(Measured.from_dict(m) for m in d["variants"]))
+                  tuple(Measured.from_dict(m) for m in d["variants"]), str(d.get("tiles", "")))
         stated = d.get("best")
         best = rec.best
         if (stated is None) != (best is None) or (best is not None and (
@@ -356,7 +359,10 @@ def _search_partition(key: str, graph: PartitionGraph, target: NpuTarget, old: P
                       count: int, rounds: int, tiles: Mapping[str, TileParams] | None,
                       scratch: Path) -> PartitionRecord:
     """Measure the variants of one partition that ``old`` has not measured; the merged record."""
-    done = {m.choice: m for m in (old.variants if old is not None else ()) if m.cycles is not None}
+    fingerprint = tiles_fingerprint(tiles)
+    # measurements made with other tuned tiles do not count: their plans compiled other programs
+    same = old is not None and old.tiles == fingerprint
+    done = {m.choice: m for m in (old.variants if same else ()) if m.cycles is not None}
     ranked = variants(graph, target, count, tiles)
     results = _measure(ranked, ranked[0].choice, graph, target, done, runner, scratch)
     seen = {v.plan.to_json() for v in ranked}
@@ -378,7 +384,14 @@ def _search_partition(key: str, graph: PartitionGraph, target: NpuTarget, old: P
             break
     # this run's variants in the order measured, then those measured before that this run did not rank
     kept = [replace(m, default=False) for c, m in done.items() if c not in results]
-    return PartitionRecord(key, str(target), graph.symbol, (*results.values(), *kept))
+    return PartitionRecord(key, str(target), graph.symbol, (*results.values(), *kept), fingerprint)
+
+
+def tiles_fingerprint(tiles: Mapping[str, TileParams] | None) -> str:
+    """A short hash of the tuned tiles ("" for none). All of them, not only a partition's: which ones its
+    plans use depends on the fusion each variant applies."""
+    used = sorted((k, json.dumps(tile_to_json(t), sort_keys=True)) for k, t in (tiles or {}).items())
+    return hashlib.sha1(json.dumps(used).encode()).hexdigest()[:16] if used else ""
 
 
 def _fastest(measured: Iterable[Measured]) -> Measured | None:

@@ -401,18 +401,17 @@ class Best:
     key: str
     tile: TileParams
     seconds: float
-    trials: int  # successful measurements of this operator
+    trials: int  # distinct tiles of this operator measured successfully
 
 
-def best_records(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, Best]:
-    """Per operator signature, the fastest measured tile for ``target`` (records of other targets are
-    ignored, with a warning when the directory holds none for this one)."""
+def measurements(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, dict[TileParams, float]]:
+    """Per operator signature, the seconds of every tile measured for ``target`` (failed trials left out;
+    records of other targets ignored, with a warning when the directory holds none for this one)."""
     npu = parse_target(target)
     if Path(work_dir).is_dir() and not (Path(work_dir) / RECORD_FILE).is_file():  # plan records only
         return {}
     db = open_database(work_dir, create=False)
-    best: dict[str, Best] = {}
-    counts: Counter[str] = Counter()
+    out: dict[str, dict[TileParams, float]] = {}
     others: set[str] = set()
     for rec in db.get_all_tuning_records():
         func = rec.workload.mod["main"]
@@ -424,17 +423,24 @@ def best_records(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[s
         secs = [float(s) for s in rec.run_secs] if rec.run_secs is not None else []
         if not secs or min(secs) >= FAILED_SECS:
             continue
-        key = str(func.attrs[KEY_ATTR])
-        counts[key] += 1
         sch = s_tir.Schedule(rec.workload.mod)
         rec.trace.apply_to_schedule(sch, remove_postproc=True)
+        tiles = out.setdefault(str(func.attrs[KEY_ATTR]), {})
         tile = tile_of(sch.mod)
-        if key not in best or min(secs) < best[key].seconds:
-            best[key] = Best(key, tile, min(secs), 0)
-    if not best and others:
+        tiles[tile] = min(min(secs), tiles.get(tile, math.inf))
+    if not out and others:
         warnings.warn(f"tuning database {work_dir} holds records for {sorted(others)}, not for '{npu}': "
                       f"ignored", stacklevel=2)
-    return {k: dataclasses.replace(b, trials=counts[k]) for k, b in best.items()}
+    return out
+
+
+def best_records(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, Best]:
+    """Per operator signature, the fastest measured tile for ``target`` (see :func:`measurements`)."""
+    best = {}
+    for key, tiles in measurements(work_dir, target).items():
+        tile = min(tiles, key=tiles.__getitem__)
+        best[key] = Best(key, tile, tiles[tile], len(tiles))
+    return best
 
 
 def best_tiles(work_dir: str | os.PathLike, target: str | NpuTarget) -> dict[str, TileParams]:
@@ -526,13 +532,17 @@ def tune(
         raise ValueError("the model has no NPU operators to tune")
     runner = (rpc_runner(rpc, key, timeout_sec=timeout_sec) if rpc
               else NpuLocalRunner(workers, timeout_sec=timeout_sec))
-    results = tune_tasks(tasks, npu, work_dir, trials, runner=runner, workers=workers,
-                         trials_per_iter=trials_per_iter, seed=seed, timeout_sec=timeout_sec)
-    if plans:
-        from tvm_npu.plan_search import search
+    try:
+        results = tune_tasks(tasks, npu, work_dir, trials, runner=runner, workers=workers,
+                             trials_per_iter=trials_per_iter, seed=seed, timeout_sec=timeout_sec)
+        if plans:
+            from tvm_npu.plan_search import search
 
-        search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
-               progress=progress)
+            search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
+                   progress=progress)
+    finally:
+        if isinstance(runner, NpuLocalRunner):
+            runner.shutdown()
     return results
 
 
@@ -548,9 +558,10 @@ def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | o
     LegalTile, MutateParameter, TileFeatures, NpuBuilder = _components()
     builder = NpuBuilder(workers, timeout_sec=timeout_sec)
     mods = [workload(t, npu) for t in tasks]
-    known = best_records(work_dir, npu)
-    defaults = {k: b.seconds for k, b in known.items()}
-    missing = [(t, m) for t, m in zip(tasks, mods, strict=True) if t.key not in known]
+    known = measurements(work_dir, npu)
+    chosen = {t.key: planner.choose(t.spec, npu.hw, npu.options) for t in tasks}
+    defaults = {k: known[k][chosen[k]] for k in chosen if chosen[k] in known.get(k, {})}
+    missing = [(t, m) for t, m in zip(tasks, mods, strict=True) if t.key not in defaults]
     if missing:
         defaults.update(_commit_defaults([t for t, _ in missing], [m for _, m in missing], npu, db, builder, runner))
     contexts = [

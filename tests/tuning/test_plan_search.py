@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import relax_models as rm
 from tvm import relax
+from tvm_npu.tir_schedules import planner
 from tvm_npu.tir_schedules.plan import group_planner, plan_partition
 
 import tvm_npu
@@ -22,6 +23,7 @@ import tvm_npu.plan_search as ps
 from tvm_npu.bench import default_inputs, profile_model
 from tvm_npu.driver import host_target, load_model, stages
 from tvm_npu.measure import NpuLocalRunner
+from tvm_npu.ops import spec_key
 from tvm_npu.plan import GroupChoice, PlanChoice, PlanChoiceWarning
 
 TARGET = "npu -fusion=3 -max-sram-bytes=65536"
@@ -98,6 +100,22 @@ def test_search_records_the_fastest_of_several_variants(searched: Searched) -> N
     on_disk = ps.read_records(searched.work_dir)
     assert on_disk == searched.records
     assert not list(searched.work_dir.glob(".npu_plans.json.*"))  # no temporary file left behind
+
+
+def test_measurements_made_with_other_tuned_tiles_are_not_reused(searched: Searched, tmp_path: Path) -> None:
+    work = tmp_path / "copy"
+    work.mkdir()
+    (work / ps.PLANS_FILE).write_text((searched.work_dir / ps.PLANS_FILE).read_text())
+    (record,) = searched.records.values()
+    spec = next(iter(ps.npu_partitions(_model(), TARGET).values())).ops[0].spec
+    npu = tvm_npu.parse_target(TARGET)
+    tiles = {spec_key(spec): planner.choose(spec, npu.hw, npu.options)}  # as a tuning database would give
+    counting = _Counting(NpuLocalRunner(workers=1, timeout_sec=120))
+    try:
+        (again,) = ps.search(_model(), TARGET, work, runner=counting, variants=1, progress=False, tiles=tiles).values()
+    finally:
+        counting.inner.shutdown()
+    assert counting.measured == 1 and again.tiles == ps.tiles_fingerprint(tiles) != record.tiles == ""
 
 
 def test_default_plan_is_measured_and_never_beaten_by_the_winner(searched: Searched) -> None:
