@@ -57,8 +57,9 @@ def compile_all(keys: Sequence[Any], workers: int, compile_one: Callable[..., An
     lock = threading.Lock()
     done: dict[Any, Any] = {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # (-c, not -m: the package imports this module before runpy would run it as __main__)
-    command = [sys.executable, "-c", "from tvm_npu.codegen.worker import main; main()"]
+    # -c, not -m: the package imports this module before runpy would run it as __main__; -P: the
+    # working directory is not on sys.path, where a source checkout's tvm_npu/ would shadow the package
+    command = [sys.executable, "-P", "-c", "from tvm_npu.codegen.worker import main; main()"]
     procs = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
              for _ in range(workers)]
 

@@ -3,7 +3,14 @@ test modules in any sub-folder can ``import helpers``; also registers this tree'
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Python processes the tests start (TVM's popen workers, RPC servers, codegen workers) do not put the
+# working directory on sys.path: run from a source checkout, its tvm_npu/ folder (whose stage folders
+# are only subpackages once installed) would shadow the installed package.
+os.environ["PYTHONSAFEPATH"] = "1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
