@@ -51,18 +51,19 @@ from .common import (
 )
 from .contract import SRAM_SCOPE, Role, SiteKind
 from .cost import (
+    NO_COPY,
     Copy,
     Pipelining,
     Step,
     axis_tiles,
-    copy_cost,
+    boxes,
     epilogue_sizes,
     sum_ceil,
     tile_extents,
     touched,
     vector_cycles,
-    window_cost,
     window_sum,
+    windows,
 )
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, epilogue_text, register
@@ -360,42 +361,62 @@ class Conv2d(OpKind):
         g_tiles = axis_tiles(g, tile.tg)
         oc_tiles = axis_tiles(og, tile.toc)
         y_tiles, x_tiles = axis_tiles(oh, tile.toh), axis_tiles(ow, tile.tow)
-        oshape = spec.out.shape
+        # box costers looked up once per call; boxes repeat across the loop (the input window across
+        # output-channel tiles, the weights across spatial tiles) and are priced once per call (``memo``)
+        window = windows(hw, dt, spec.data, spec.layout)
+        weights = boxes(hw, dt, tuple(spec.weight.shape))
+        outs = boxes(hw, spec.out.dtype, tuple(spec.out.shape), spec.out.on_chip)
+        epi = [(e, boxes(hw, e.operand.dtype, (e.operand.size,), False) if e.broadcast == Broadcast.CHANNEL
+                else boxes(hw, e.operand.dtype, tuple(spec.out.shape), e.operand.on_chip))
+               for e in spec.epilogue if e.operand is not None]
+        memo: dict[tuple, Copy] = {}
 
         def data_box(b, gt, ct, y, x):
-            cl = gt[0] * cg + ct[0]
-            ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
-            r0, c0 = y[0] * sh - pt, x[0] * sw - pl
-            return window_cost(hw, dt, spec.data, (b, cl, r0, c0), (1, ce, rows, cols), spec.layout)
+            key = ("d", b, gt, ct, y[0], x[0])
+            hit = memo.get(key)
+            if hit is None:
+                cl = gt[0] * cg + ct[0]
+                ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
+                r0, c0 = y[0] * sh - pt, x[0] * sw - pl
+                hit = memo[key] = window.cost((b, cl, r0, c0), (1, ce, rows, cols))
+            return hit
 
         def weight_box(gt, ot, ct):
-            o0 = gt[0] * og + ot[0]
-            oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
-            return copy_cost(hw, dt, spec.weight.shape, (o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
+            key = ("w", gt, ot, ct)
+            hit = memo.get(key)
+            if hit is None:
+                o0 = gt[0] * og + ot[0]
+                oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+                hit = memo[key] = weights.cost((o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
+            return hit
 
-        def out_box(b, gt, ot, y, x, dtype=None, chip=spec.out.on_chip):
+        def out_box(b, gt, ot, y, x, box=outs):
             o0 = gt[0] * og + ot[0]
             oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
-            dtype = spec.out.dtype if dtype is None else dtype
             if nchw:
-                return copy_cost(hw, dtype, oshape, (b, o0, y[0], x[0]), (1, oe, y[1], x[1]), on_chip=chip)
-            return copy_cost(hw, dtype, oshape, (b, y[0], x[0], o0), (1, y[1], x[1], oe), on_chip=chip)
+                return box.cost((b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
+            return box.cost((b, y[0], x[0], o0), (1, y[1], x[1], oe))
 
         def epi_loads(b, gt, ot, y, x, channel=True, full=True):
-            cost = Copy()
-            for e in spec.epilogue:
-                if e.operand is None or not (channel if e.broadcast == Broadcast.CHANNEL else full):
+            cost = NO_COPY
+            for e, box in epi:
+                if not (channel if e.broadcast == Broadcast.CHANNEL else full):
                     continue
                 if e.broadcast == Broadcast.CHANNEL:
-                    o0 = gt[0] * og + ot[0]
-                    cost += copy_cost(hw, e.operand.dtype, (e.operand.size,), (o0,), (gt[1] * ot[1],))
+                    key = ("c", box, gt, ot)
+                    hit = memo.get(key)
+                    if hit is None:
+                        hit = memo[key] = box.cost((gt[0] * og + ot[0],), (gt[1] * ot[1],))
+                    cost += hit
                 else:
-                    cost += out_box(b, gt, ot, y, x, e.operand.dtype, e.operand.on_chip)
+                    cost += out_box(b, gt, ot, y, x, box)
             return cost
 
         outer_b = tile.order == Order.B_STATIONARY
         pipelined_rc = len(rc_tiles) > 1
         on_vector = tile.engine == ConvEngine.VECTOR
+        vec_memo: dict[tuple[int, int, int], int] = {}
+        mm_memo: dict[tuple[int, int, int, int], int] = {}
         for b in range(n):
             if outer_b:
                 pairs = (((gt, ot), (y, x)) for gt in g_tiles for ot in oc_tiles for y in y_tiles for x in x_tiles)
@@ -410,30 +431,36 @@ class Conv2d(OpKind):
                 prev_outer = outer_key
                 m = y[1] * x[1]
                 oe = ot[1]
-                vec = vector_cycles(hw, spec, gt[1] * oe * m)
-                if on_vector:  # the windows run on the vector engine, before the epilogue
-                    vec += timing.vector_cycles(hw, gt[1] * m, kh * kw)
+                vec = vec_memo.get((gt[1], oe, m))
+                if vec is None:
+                    vec = vector_cycles(hw, spec, gt[1] * oe * m)
+                    if on_vector:  # the windows run on the vector engine, before the epilogue
+                        vec += timing.vector_cycles(hw, gt[1] * m, kh * kw)
+                    vec_memo[gt[1], oe, m] = vec
                 store = out_box(b, gt, ot, y, x)
                 for ri, ct in enumerate(rc_tiles):
-                    tensor = 0 if on_vector else timing.matmul_cycles(hw, m, oe, ct[1] * kh * kw, dt, gt[1])
-                    loads = Copy()
+                    tensor = 0
+                    if not on_vector:
+                        tensor = mm_memo.get((m, oe, ct[1], gt[1]))
+                        if tensor is None:
+                            tensor = mm_memo[m, oe, ct[1], gt[1]] = timing.matmul_cycles(
+                                hw, m, oe, ct[1] * kh * kw, dt, gt[1])
                     stationary = None
                     if on_vector:  # weights and per-channel operands of every group stay in SRAM
-                        loads += data_box(b, gt, ct, y, x)
+                        loads = data_box(b, gt, ct, y, x)
                         if new_outer:
                             stationary = weight_box((0, g), ot, ct) + epi_loads(b, (0, g), ot, y, x, full=False)
                     elif pipelined_rc:
-                        loads += data_box(b, gt, ct, y, x)
-                        loads += weight_box(gt, ot, ct)
+                        loads = data_box(b, gt, ct, y, x) + weight_box(gt, ot, ct)
                     elif outer_b:
-                        loads += data_box(b, gt, ct, y, x)
+                        loads = data_box(b, gt, ct, y, x)
                         stationary = weight_box(gt, ot, ct) if new_outer else None
                     else:
-                        loads += weight_box(gt, ot, ct)
+                        loads = weight_box(gt, ot, ct)
                         stationary = data_box(b, gt, ct, y, x) if new_outer else None
                     last = ri == len(rc_tiles) - 1
-                    operands = epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else Copy()
-                    yield Step(loads, tensor, last, vec if last else 0, store if last else Copy(), stationary,
+                    operands = epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else NO_COPY
+                    yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY, stationary,
                                operands, ri if pipelined_rc else slot)
 
     def compute_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from tvm_npu.simulator import timing
@@ -57,10 +58,12 @@ class Estimate:
     sram_bytes: int
 
 
-@dataclass(frozen=True)
-class Copy:
+class Copy(NamedTuple):
     """Cost of copies: DMA engine cycles (latency included), channel cycles, bytes moved and useful,
-    and vector-engine cycles (copies within SRAM, of a layer group's intermediates)."""
+    and vector-engine cycles (copies within SRAM, of a layer group's intermediates).
+
+    A named tuple rather than a dataclass: the search builds millions of them, and a tuple is
+    several times cheaper to create (immutable all the same)."""
 
     engine: int = 0
     channel: int = 0
@@ -68,30 +71,105 @@ class Copy:
     useful: int = 0
     vector: int = 0
 
-    def __add__(self, other: Copy) -> Copy:
-        return Copy(self.engine + other.engine, self.channel + other.channel, self.moved + other.moved,
-                     self.useful + other.useful, self.vector + other.vector)
+    def __add__(self, other: Copy) -> Copy:  # type: ignore[override]  # field-wise, not concatenation
+        return Copy(self[0] + other[0], self[1] + other[1], self[2] + other[2], self[3] + other[3],
+                    self[4] + other[4])
 
 
-@functools.lru_cache(maxsize=1 << 18)
 def copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: Sequence[int], lo: Sequence[int],
               ext: Sequence[int], sram_strides: Sequence[int] | None = None, on_chip: bool = False) -> Copy:
     """Cost of copying the box ``[lo, lo+ext)`` (clamped) of a row-major DRAM tensor, or of an on-chip
     one (a layer group's intermediate: vector-engine copies, no DRAM traffic)."""
-    lo2, ext2 = [], []
-    for a, e, n in zip(lo, ext, tensor_shape, strict=True):  # clamp to the tensor, as the codegen does
-        b, c = max(a, 0), min(a + e, n)
-        if c <= b:
-            return Copy()
-        lo2.append(b)
-        ext2.append(c - b)
-    if on_chip:
-        return _on_chip_cost(hw, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or row_major(ext)))
-    dstr = row_major(tensor_shape)
-    offset = sum(a * s for a, s in zip(lo2, dstr, strict=True))
-    # bursts depend on the start address only modulo the burst size: cache on that residue
-    residue = offset * dtype.itemsize % hw.dram_burst_bytes
-    return _copy_cost(hw, dtype, tuple(tensor_shape), tuple(ext2), tuple(sram_strides or row_major(ext)), residue)
+    return boxes(hw, dtype, tuple(tensor_shape), on_chip).cost(
+        tuple(lo), tuple(ext), None if sram_strides is None else tuple(sram_strides))
+
+
+#: Memo entries all shared :class:`Boxes` and :class:`Windows` hold before they start over (bounds memory).
+_MEMO_LIMIT = 1 << 19
+_memo_entries = 0
+
+
+def _remember(memo: dict[tuple, Copy], key: tuple, value: Copy) -> Copy:
+    global _memo_entries
+    _memo_entries += 1
+    memo[key] = value
+    return value
+
+
+class Boxes:
+    """Copy costs of boxes of one tensor (see :func:`copy_cost`); boxes given as tuples.
+
+    The tensor's strides are computed once, and costs are memoised twice: by the box
+    itself (the search prices the same boxes for many candidate tiles: most lookups), and
+    by what a cost depends on, the extents before and after clamping, the SRAM strides and
+    the start address modulo the burst size (most boxes are translates of a few). Hashing
+    the hardware record and the box for every lookup (an ``lru_cache``) dominated the search.
+    """
+
+    __slots__ = ("burst", "dtype", "exact", "hw", "itemsize", "memo", "on_chip", "shape", "strides")
+
+    def __init__(self, hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool) -> None:
+        self.hw, self.dtype, self.shape, self.on_chip = hw, dtype, shape, on_chip
+        self.itemsize, self.burst = dtype.itemsize, hw.dram_burst_bytes
+        self.strides = row_major(shape)
+        self.exact: dict[tuple, Copy] = {}
+        self.memo: dict[tuple, Copy] = {}
+
+    def cost(self, lo: tuple[int, ...], ext: tuple[int, ...], sram_strides: tuple[int, ...] | None = None) -> Copy:
+        key = (lo, ext, sram_strides)
+        hit = self.exact.get(key)
+        if hit is None:
+            hit = _remember(self.exact, key, self._cost(lo, ext, sram_strides))
+        return hit
+
+    def _cost(self, lo: tuple[int, ...], ext: tuple[int, ...], sram_strides: tuple[int, ...] | None) -> Copy:
+        ext2 = []
+        offset = 0
+        for a, e, n, s in zip(lo, ext, self.shape, self.strides, strict=True):  # clamp, as the codegen does
+            c = a + e
+            if c > n:
+                c = n
+            if a < 0:
+                a = 0
+            if c <= a:
+                return NO_COPY
+            ext2.append(c - a)
+            offset += a * s
+        # bursts depend on the start address only modulo the burst size
+        residue = 0 if self.on_chip else offset * self.itemsize % self.burst
+        key = (ext, tuple(ext2), sram_strides, residue)
+        hit = self.memo.get(key)
+        if hit is None:
+            strides = tuple(sram_strides or row_major(ext))
+            if self.on_chip:
+                hit = _on_chip_cost(self.hw, self.shape, key[1], strides)
+            else:
+                hit = _copy_cost(self.hw, self.dtype, self.shape, key[1], strides, residue)
+            _remember(self.memo, key, hit)
+        return hit
+
+
+#: No copy (one shared record: the cost model builds steps by the million).
+NO_COPY = Copy()
+#: :func:`boxes` and :func:`windows` by the hardware record's identity (an entry keeps the record alive,
+#: so its id is not reused): hashing the record's fields on every lookup cost more than the lookup.
+_SHARED: dict[tuple, tuple[HardwareConfig, Boxes | Windows]] = {}
+
+
+def _shared(hw: HardwareConfig, key: tuple, make: Callable[[], Boxes | Windows]) -> Boxes | Windows:
+    global _memo_entries
+    if _memo_entries > _MEMO_LIMIT:  # start over with empty memos (a caller may still hold an old one)
+        _SHARED.clear()
+        _memo_entries = 0
+    hit = _SHARED.get(key)
+    if hit is None or hit[0] is not hw:
+        hit = _SHARED[key] = (hw, make())
+    return hit[1]
+
+
+def boxes(hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool = False) -> Boxes:
+    """The (shared, memoising) :class:`Boxes` of a tensor."""
+    return _shared(hw, ("b", id(hw), dtype, shape, on_chip), lambda: Boxes(hw, dtype, shape, on_chip))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -123,17 +201,41 @@ def window_cost(hw: HardwareConfig, dtype: DType, data: TensorRef, lo_nchw: Sequ
                 tile_layout: str) -> Copy:
     """Cost of loading an input window (given in NCHW order) from ``data`` in its own layout
     into an SRAM tile laid out in ``tile_layout`` (the DMA transposes through strides)."""
-    src = data.layout
-    perm = ["NCHW".index(a) for a in src]
-    ext_tile = [ext_nchw["NCHW".index(a)] for a in tile_layout]
-    tile_strides = dict(zip(tile_layout, row_major(ext_tile), strict=True))
-    return copy_cost(hw, dtype, data.shape, tuple(lo_nchw[i] for i in perm), tuple(ext_nchw[i] for i in perm),
-                     tuple(tile_strides[a] for a in src), data.on_chip)
+    return windows(hw, dtype, data, tile_layout).cost(tuple(lo_nchw), tuple(ext_nchw))
 
 
-@dataclass(frozen=True)
-class Step:
-    """One iteration of the pipelined loop."""
+class Windows:
+    """:func:`window_cost` of one tensor and tile layout, with the axis permutations worked out once
+    and a memo by window (given as tuples)."""
+
+    __slots__ = ("box", "exact", "src", "tile", "tile_of_src")
+
+    def __init__(self, hw: HardwareConfig, dtype: DType, data: TensorRef, tile_layout: str) -> None:
+        self.box = boxes(hw, dtype, tuple(data.shape), data.on_chip)
+        self.src = tuple("NCHW".index(a) for a in data.layout)  # NCHW position of each source axis
+        self.tile = tuple("NCHW".index(a) for a in tile_layout)  # NCHW position of each tile axis
+        self.tile_of_src = tuple(tile_layout.index(a) for a in data.layout)  # tile position of each source axis
+        self.exact: dict[tuple, Copy] = {}
+
+    def cost(self, lo_nchw: tuple[int, ...], ext_nchw: tuple[int, ...]) -> Copy:
+        key = (lo_nchw, ext_nchw)
+        hit = self.exact.get(key)
+        if hit is None:
+            tile_strides = row_major([ext_nchw[i] for i in self.tile])
+            hit = _remember(self.exact, key, self.box.cost(tuple([lo_nchw[i] for i in self.src]),
+                                                          tuple([ext_nchw[i] for i in self.src]),
+                                                          tuple([tile_strides[i] for i in self.tile_of_src])))
+        return hit
+
+
+def windows(hw: HardwareConfig, dtype: DType, data: TensorRef, tile_layout: str) -> Windows:
+    """The (shared, memoising) :class:`Windows` of a tensor read into tiles of ``tile_layout``."""
+    key = ("w", id(hw), dtype, tuple(data.shape), data.layout, data.on_chip, tile_layout)
+    return _shared(hw, key, lambda: Windows(hw, dtype, data, tile_layout))
+
+
+class Step(NamedTuple):
+    """One iteration of the pipelined loop (a named tuple: cheap to create, see :class:`Copy`)."""
 
     loads: Copy
     tensor: int = 0
@@ -173,71 +275,77 @@ class Flow:
         self.acc_free: dict[int, float] = {}
         self.out_free: dict[int, float] = {}
         self.opnd_free: dict[int, float] = {}
-        self.unit_slot = 0  # the pipelined-loop slot of the current output tile
         self.first_load: float | None = None
-        self.total = Copy()
+        # DRAM totals as plain ints (summing Copy records per step was a large share of the search)
+        self.channel = self.moved = self.useful = 0
         self.tensor = self.vector = self.loads = self.stores = 0
 
     def add(self, st: Step) -> None:
+        loads, stationary, operands, store = st.loads, st.stationary, st.operands, st.store
         start = self.load_free
-        if st.stationary is not None:
-            start = max(start, self.stationary_wait) + st.stationary.engine
-            self.total = self.total + st.stationary
-            self.loads += st.stationary.engine
+        copies = loads.vector
+        if stationary is not None:
+            start = max(start, self.stationary_wait) + stationary.engine
+            self._total(stationary)
+            self.loads += stationary.engine
+            copies += stationary.vector
         v_in = st.slot % self.v_in
         start = max(start, self.in_free.get(v_in, 0.0))
-        self.load_free = start + st.loads.engine
+        self.load_free = start + loads.engine
         data_ready = self.load_free
-        copies = st.loads.vector + (st.stationary.vector if st.stationary is not None else 0)
         if copies:  # on-chip operands: copied by the vector engine into the tile before the compute
             self.vector_free = max(self.vector_free, start) + copies
             data_ready = max(data_ready, self.vector_free)
             self.vector += copies
         unit = 0 if self.streamed else st.slot  # per-output-tile buffers rotate with the loop too
         operands_ready = 0.0
-        if st.operands.engine:
+        if operands.engine:
             free = self.opnd_free.get(unit % self.v_opnd, 0.0)
-            self.load_free = max(self.load_free, free) + st.operands.engine
+            self.load_free = max(self.load_free, free) + operands.engine
             operands_ready = self.load_free
-            self.total = self.total + st.operands
-            self.loads += st.operands.engine
+            self._total(operands)
+            self.loads += operands.engine
         if self.first_load is None:
             self.first_load = self.load_free
         acc_free = self.acc_free.get(unit % self.v_acc, 0.0)
-        self.tensor_free = max(self.tensor_free, data_ready, acc_free) + st.tensor
-        self.in_free[v_in] = self.tensor_free
-        self.stationary_wait = self.tensor_free
+        tensor_free = self.tensor_free = max(self.tensor_free, data_ready, acc_free) + st.tensor
+        self.in_free[v_in] = tensor_free
+        self.stationary_wait = tensor_free
         self.remaining -= st.tensor
-        if max(self.tensor_free + self.remaining, self.load_free) > self.cutoff:
+        if max(tensor_free + self.remaining, self.load_free) > self.cutoff:
             raise Pruned
-        self.total = self.total + st.loads + st.store
+        self._total(loads)
+        self._total(store)
         self.tensor += st.tensor
-        self.loads += st.loads.engine
+        self.loads += loads.engine
         if not st.finish:
             return
-        if not st.tensor:  # vector-only operators: the loaded data is read by the vector engine
-            self.in_free[v_in] = 0.0
         out_v = unit % self.v_out
-        if st.operands.vector:  # on-chip epilogue operands (or a vector-only operator's input)
-            self.vector_free = max(self.vector_free, self.tensor_free) + st.operands.vector
-            self.vector += st.operands.vector
-        self.vector_free = max(self.vector_free, self.tensor_free, self.out_free.get(out_v, 0.0),
-                               operands_ready) + st.vector + st.store.vector
-        self.vector += st.store.vector
-        self.opnd_free[unit % self.v_opnd] = self.vector_free
-        if not st.tensor:
-            self.in_free[v_in] = self.vector_free
-        self.store_free = max(self.store_free, self.vector_free) + st.store.engine
-        self.out_free[out_v] = self.store_free
-        self.acc_free[unit % self.v_acc] = self.store_free if self.release_at_store else self.vector_free
+        if operands.vector:  # on-chip epilogue operands (or a vector-only operator's input)
+            self.vector_free = max(self.vector_free, tensor_free) + operands.vector
+            self.vector += operands.vector
+        vector_free = self.vector_free = max(self.vector_free, tensor_free, self.out_free.get(out_v, 0.0),
+                                             operands_ready) + st.vector + store.vector
+        self.vector += store.vector
+        self.opnd_free[unit % self.v_opnd] = vector_free
+        if not st.tensor:  # vector-only operators: the loaded data is read by the vector engine
+            self.in_free[v_in] = vector_free
+        store_free = self.store_free = max(self.store_free, vector_free) + store.engine
+        self.out_free[out_v] = store_free
+        self.acc_free[unit % self.v_acc] = store_free if self.release_at_store else vector_free
         self.vector += st.vector
-        self.stores += st.store.engine
-        if max(self.store_free, self.total.channel) > self.cutoff:  # finish times only grow
+        self.stores += store.engine
+        if max(store_free, self.channel) > self.cutoff:  # finish times only grow
             raise Pruned
+
+    def _total(self, c: Copy) -> None:
+        self.channel += c.channel
+        self.moved += c.moved
+        self.useful += c.useful
 
     def cycles(self) -> float:
         flow = max(self.store_free, self.vector_free, self.tensor_free, self.load_free)
-        return max(flow, self.total.channel + (self.first_load or 0.0))
+        return max(flow, self.channel + (self.first_load or 0.0))
 
 
 def vector_cycles(hw: HardwareConfig, spec: OpSpec, n: int) -> int:
@@ -288,16 +396,17 @@ def flow_estimate(steps: Iterable[Step], versions: Versions, streamed_reduction:
         vector_cycles=flow.vector,
         load_cycles=flow.loads,
         store_cycles=flow.stores,
-        channel_cycles=flow.total.channel,
-        dram_bytes=flow.total.moved,
-        wasted_bytes=flow.total.moved - flow.total.useful,
+        channel_cycles=flow.channel,
+        dram_bytes=flow.moved,
+        wasted_bytes=flow.moved - flow.useful,
         sram_bytes=sram_bytes,
     )
 
 
-def axis_tiles(total: int, t: int) -> list[tuple[int, int]]:
-    """(start, extent) of every tile along an axis (the last one clamped)."""
-    return [(i * t, min(t, total - i * t)) for i in range(ceil_div(total, t))]
+@functools.lru_cache(maxsize=1 << 14)
+def axis_tiles(total: int, t: int) -> tuple[tuple[int, int], ...]:
+    """(start, extent) of every tile along an axis (the last one clamped); shared, hence a tuple."""
+    return tuple((i * t, min(t, total - i * t)) for i in range(ceil_div(total, t)))
 
 
 def chain(stages: Sequence[tuple[int, int]]) -> list[int]:

@@ -18,7 +18,7 @@ from tvm_npu.tiles import EltwiseTile
 
 from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
 from .contract import SRAM_SCOPE, Role, SiteKind
-from .cost import Copy, Pipelining, Step, axis_tiles, chain, copy_cost, step_itemsizes, tile_extents, vector_cycles
+from .cost import NO_COPY, Pipelining, Step, axis_tiles, boxes, chain, step_itemsizes, tile_extents, vector_cycles
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, register
 
@@ -141,22 +141,27 @@ class Elementwise(OpKind):
     def steps(self, spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> Iterator[Step]:
         shape = spec.out.shape
         chan = _channel(spec)
-        boxes = itertools.product(*(axis_tiles(n, t) for n, t in zip(shape, tile.tiles, strict=True)))
-        for slot, box in enumerate(boxes):
+        tiles = itertools.product(*(axis_tiles(n, t) for n, t in zip(shape, tile.tiles, strict=True)))
+        # each tensor's box coster looked up once per call, not per step
+        data = boxes(hw, spec.data.dtype, tuple(shape), spec.data.on_chip)
+        result = boxes(hw, spec.out.dtype, tuple(shape), spec.out.on_chip)
+        operands = [(e.broadcast == Broadcast.CHANNEL,
+                     boxes(hw, e.operand.dtype, (e.operand.size,)) if e.broadcast == Broadcast.CHANNEL
+                     else boxes(hw, e.operand.dtype, tuple(shape), e.operand.on_chip))
+                    for i, e in enumerate(spec.epilogue)
+                    if e.operand is not None and not (i == 0 and _first_reads_data(spec))]
+        vec: dict[int, int] = {}
+        for slot, box in enumerate(tiles):
             lo = tuple(a for a, _ in box)
             ext = tuple(e for _, e in box)
-            loads = copy_cost(hw, spec.data.dtype, shape, lo, ext, on_chip=spec.data.on_chip)
-            for i, e in enumerate(spec.epilogue):
-                if e.operand is None or (i == 0 and _first_reads_data(spec)):
-                    continue
-                if e.broadcast == Broadcast.CHANNEL:
-                    loads += copy_cost(hw, e.operand.dtype, (e.operand.size,), (lo[chan],), (ext[chan],))
-                else:
-                    loads += copy_cost(hw, e.operand.dtype, shape, lo, ext, on_chip=e.operand.on_chip)
-            store = copy_cost(hw, spec.out.dtype, shape, lo, ext, on_chip=spec.out.on_chip)
+            loads = data.cost(lo, ext)
+            for per_channel, operand in operands:
+                loads += operand.cost((lo[chan],), (ext[chan],)) if per_channel else operand.cost(lo, ext)
+            n = math.prod(ext)
+            if n not in vec:
+                vec[n] = vector_cycles(hw, spec, n)
             # everything is consumed by the vector engine: model the loads as epilogue operands
-            yield Step(loads=Copy(), vector=vector_cycles(hw, spec, math.prod(ext)), store=store, operands=loads,
-                       slot=slot)
+            yield Step(loads=NO_COPY, vector=vec[n], store=result.cost(lo, ext), operands=loads, slot=slot)
 
     def traffic_floor(self, spec: ElementwiseSpec, tile: EltwiseTile, hw: HardwareConfig) -> float:
         extra = sum(e.operand.nbytes for e in spec.epilogue

@@ -16,7 +16,7 @@ from tvm_npu.config import CompilerOptions, HardwareConfig
 from tvm_npu.ops import OpSpec, spec_key
 from tvm_npu.tiles import Order, TileParams
 
-from .cost import Copy, Estimate, Pruned, Versions, flow_estimate
+from .cost import Estimate, Pruned, Versions, flow_estimate
 from .kind import kind_of
 
 
@@ -129,14 +129,16 @@ def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
     per outer iteration, and the first load is not overlapped.
     """
     kind = kind_of(spec)
-    unit = Copy()
-    store = Copy()
+    # plain ints rather than summed Copy records: this runs for every legal candidate
+    unit_engine = unit_channel = store_engine = store_channel = 0
     tensor = vector = n = 0
     stationary = 0
     for st in itertools.islice(kind.steps(spec, tile, hw), _QUICK_STEPS):  # a long reduction: its first steps
         n += 1
-        unit = unit + st.loads + st.operands
-        store = store + st.store
+        unit_engine += st.loads.engine + st.operands.engine
+        unit_channel += st.loads.channel + st.operands.channel
+        store_engine += st.store.engine
+        store_channel += st.store.channel
         tensor += st.tensor
         vector += st.vector
         if st.stationary is not None:
@@ -144,8 +146,8 @@ def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
         if st.finish:
             break
     units = kind.step_count(spec, tile) / max(n, 1)
-    per_unit = max(unit.engine, store.engine, unit.channel + store.channel, tensor, vector)
-    return units * per_unit + kind.outer_count(spec, tile) * stationary + unit.engine
+    per_unit = max(unit_engine, store_engine, unit_channel + store_channel, tensor, vector)
+    return units * per_unit + kind.outer_count(spec, tile) * stationary + unit_engine
 
 
 def _search(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int) -> TileParams:

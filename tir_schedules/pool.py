@@ -32,17 +32,17 @@ from .common import (
 from .contract import SRAM_SCOPE, Role, SiteKind
 from .conv2d import padded_extent
 from .cost import (
-    Copy,
+    NO_COPY,
     Pipelining,
     Step,
     axis_tiles,
-    copy_cost,
+    boxes,
     epilogue_sizes,
     tile_extents,
     touched,
     vector_cycles,
-    window_cost,
     window_sum,
+    windows,
 )
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, epilogue_text, register
@@ -175,21 +175,23 @@ class Pool(OpKind):
         dt = spec.data.dtype
         n_sp = _spatial_tiles(spec, tile)
         spatial = [(y, x) for y in axis_tiles(oh, tile.toh) for x in axis_tiles(ow, tile.tow)]
+        window = windows(hw, dt, spec.data, spec.layout)  # looked up once per call, not per step
+        result = boxes(hw, dt, tuple(spec.out.shape), spec.out.on_chip)
+        vec: dict[int, int] = {}
         for b in range(n):
             for ci, ct in enumerate(axis_tiles(c, tile.tc)):
                 for si, (y, x) in enumerate(spatial):
                     r0, c0 = y[0] * sh - pt, x[0] * sw - pl
-                    load = window_cost(hw, dt, spec.data, (b, ct[0], r0, c0), (1, ct[1], rows, cols), spec.layout)
+                    load = window.cost((b, ct[0], r0, c0), (1, ct[1], rows, cols))
                     if nchw:
-                        store = copy_cost(hw, dt, spec.out.shape, (b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]),
-                                          on_chip=spec.out.on_chip)
+                        store = result.cost((b, ct[0], y[0], x[0]), (1, ct[1], y[1], x[1]))
                     else:
-                        store = copy_cost(hw, dt, spec.out.shape, (b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]),
-                                          on_chip=spec.out.on_chip)
+                        store = result.cost((b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
                     nout = ct[1] * y[1] * x[1]
-                    vec = timing.vector_cycles(hw, nout, kh * kw) + vector_cycles(hw, spec, nout)
+                    if nout not in vec:
+                        vec[nout] = timing.vector_cycles(hw, nout, kh * kw) + vector_cycles(hw, spec, nout)
                     # the loaded window is read by the vector engine: modelled as an epilogue operand
-                    yield Step(Copy(), 0, True, vec, store, None, load, si if n_sp > 1 else ci)
+                    yield Step(NO_COPY, 0, True, vec[nout], store, None, load, si if n_sp > 1 else ci)
 
     def traffic_floor(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> float:
         extra = sum(e.operand.nbytes for e in spec.epilogue
