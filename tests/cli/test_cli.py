@@ -22,7 +22,7 @@ from tvm import relax
 import tvm_npu
 from tvm_npu.bench import to_numpy
 from tvm_npu.config import target_help
-from tvm_npu.models import backend_inputs, tiny_convnet
+from tvm_npu.models import backend_inputs
 
 COMMANDS = ("compile", "inspect", "run", "profile", "bench", "tune", "demo")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -49,13 +49,6 @@ def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> str:
     assert lines[0].startswith("tvm-npu "), lines[0]
     assert all(w.lower() in lines[0].lower() for w in words), f"unclear error message: {lines[0]!r}"
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny.onnx"
-    onnx.save(tiny_convnet(), str(path))
-    return path
 
 
 @pytest.fixture(scope="module")

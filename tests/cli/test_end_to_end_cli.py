@@ -17,16 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 from test_cli import cli, ok, one_line_error  # the same subprocess helpers (tests/cli is on sys.path)
 
 from tvm_npu.cli import main
-from tvm_npu.models import tiny_convnet
 
 AARCH64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny.onnx"
-    onnx.save(tiny_convnet(), str(path))
-    return path
 
 
 @pytest.fixture(scope="module")
