@@ -9,6 +9,7 @@ from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_tar
 from .driver import BuildInfo, build, build_reference, build_with_info, load_model, tune
 from .relay_patterns import HostFallbackWarning
 from .runtime import PartitionRun, Profile, last_runs, profile
+from .shapes import SymbolicShapeWarning
 
 __all__ = [
     "BuildInfo",
@@ -19,6 +20,7 @@ __all__ = [
     "NpuTarget",
     "PartitionRun",
     "Profile",
+    "SymbolicShapeWarning",
     "build",
     "build_reference",
     "build_with_info",

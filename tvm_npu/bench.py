@@ -33,7 +33,9 @@ from tvm_npu.analysis import ModelReport, partition_labels, report
 from tvm_npu.config import DType, parse_target
 from tvm_npu.driver import BuildInfo, HostTarget, build_reference, build_with_info, host_target
 from tvm_npu.models import backend_inputs
+from tvm_npu.onnx_import import bind_input_shapes
 from tvm_npu.runtime import Profile, profile
+from tvm_npu.shapes import Shapes, bind_relax_shapes
 from tvm_npu.simulator import RunResult
 from tvm_npu.zoo import BUNDLED  # models known by name (re-exported for the CLI and benchmarks)
 
@@ -232,11 +234,12 @@ def elapsed_bar(desc: str, progress: bool | None = None) -> Iterator[None]:
 # ----------------------------------------------------------------------- build and run
 def build_model(model: LoadedModel, target: str, *, dump_dir: str | Path | None = None,
                 database: str | Path | None = None, progress: bool | None = None, desc: str = "building for the NPU",
-                host: HostTarget = None) -> tuple[relax.VMExecutable, BuildInfo, float]:
+                host: HostTarget = None, shapes: Shapes | None = None) -> tuple[relax.VMExecutable, BuildInfo, float]:
     """``build_with_info`` with a progress line; also returns the wall time in seconds."""
     start = time.perf_counter()
     with elapsed_bar(desc, progress):
-        executable, info = build_with_info(model, target, dump_dir=dump_dir, database=database, host=host)
+        executable, info = build_with_info(model, target, dump_dir=dump_dir, database=database, host=host,
+                                           shapes=shapes)
     return executable, info, time.perf_counter() - start
 
 
@@ -541,14 +544,14 @@ class Comparison:
 
 def bench(name: str, model: LoadedModel | None = None, target: str = "npu",
           inputs: Sequence[np.ndarray] | None = None, *, repeat: int = 10, progress: bool | None = None,
-          host: HostTarget = None) -> BenchResult:
+          host: HostTarget = None, shapes: Shapes | None = None) -> BenchResult:
     """The figures of :func:`compare` (``bench("light_squeezenet")`` benchmarks a bundled model)."""
-    return compare(name, model, target, inputs, repeat=repeat, progress=progress, host=host).result
+    return compare(name, model, target, inputs, repeat=repeat, progress=progress, host=host, shapes=shapes).result
 
 
 def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
             inputs: Sequence[np.ndarray] | None = None, *, repeat: int = 10, progress: bool | None = None,
-            host: HostTarget = None) -> Comparison:
+            host: HostTarget = None, shapes: Shapes | None = None) -> Comparison:
     """Build ``model`` for the NPU and for llvm, run both on ``inputs`` and compare them.
 
     Without ``model``, ``name`` is a bundled model's name or an ``.onnx`` path; without
@@ -558,13 +561,15 @@ def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
     is not counted) and ``repeat`` runs timing the host part (:func:`host_latency`). ``host``
     is the llvm target of the host part and of the llvm reference (it must run on this machine).
     References, each the median of ``repeat`` runs: the llvm build and onnxruntime on the CPU
-    with one thread and with every core (:func:`onnxruntime_column`).
+    with one thread and with every core (:func:`onnxruntime_column`). ``shapes`` binds the model's symbolic
+    input dimensions (:func:`tvm_npu.load_model`) before anything else, so every build and the inputs agree.
     """
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, not {repeat}")
     host_name = runnable_host(host)
     if model is None:
         name, model = resolve_model(name)
+    model = bind_input_shapes(model, shapes) if isinstance(model, onnx.ModelProto) else bind_relax_shapes(model, shapes)
     if inputs is None:
         inputs = default_inputs(model)
     npu = parse_target(target)

@@ -16,10 +16,11 @@ import tvm
 
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.driver import Model, load_model, stages
+from tvm_npu.shapes import Shapes
 
 
 def partition_for_npu(mod: Model, target: str | NpuTarget = "npu", params: Mapping[str, Any] | None = None, *,
-                      codegen: bool = True) -> tvm.IRModule:
+                      codegen: bool = True, shapes: Shapes | None = None) -> tvm.IRModule:
     """Partition ``mod`` (a Relax module, an ONNX model or path, or a bundled name) for the NPU.
 
     The result holds ``main`` calling one function per NPU partition. With ``codegen`` (the default)
@@ -28,10 +29,11 @@ def partition_for_npu(mod: Model, target: str | NpuTarget = "npu", params: Mappi
     planned functions (attribute ``Codegen="npu"`` and their plan in ``npu.plan``), which the user
     compiles with ``relax.transform.RunCodegen(target_options={"npu": {"target": str(target)}})``
     before ``relax.build``, as after ``partition_for_cutlass``. ``params`` binds ``main``'s named
-    parameters as constants (weights must be constants for the NPU to hold them).
+    parameters as constants (weights must be constants for the NPU to hold them); ``shapes`` binds
+    symbolic input dimensions (:func:`tvm_npu.load_model`).
     """
     npu = parse_target(target)
-    mod = load_model(mod)
+    mod = load_model(mod, shapes)
     for stage in stages(npu, params):
         if stage.name == "codegen" and not codegen:
             break

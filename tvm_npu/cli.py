@@ -27,6 +27,7 @@ from tvm_npu.analysis import partition_labels
 from tvm_npu.bench import (
     BUNDLED,
     LoadedModel,
+    TensorSpec,
     bench,
     build_model,
     check_inputs,
@@ -56,6 +57,7 @@ from tvm_npu.config import parse_target, target_help
 from tvm_npu.driver import host_target
 from tvm_npu.inspect import inspect_model
 from tvm_npu.models import randomize_weights
+from tvm_npu.onnx_import import bind_input_shapes
 from tvm_npu.quantize import (
     ACTIVATIONS,
     INSTALL_HINT,
@@ -63,7 +65,6 @@ from tvm_npu.quantize import (
     calibration_samples,
     npz_samples,
     opset,
-    parse_input_shape,
     qdq_counts,
     quantize_model,
     random_samples,
@@ -72,6 +73,7 @@ from tvm_npu.quantize import (
 from tvm_npu.relay_patterns import HostFallbackWarning
 from tvm_npu.runtime import PartitionRun
 from tvm_npu.runtime_module import load_module
+from tvm_npu.shapes import check_shapes, parse_input_shapes
 
 PROG = "tvm-npu"
 DEMO_MODEL = "tiny_convnet"
@@ -93,6 +95,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--randomize-weights", type=int, metavar="SEED",
                    help="replace the model's constant weights by seeded random values first (the light "
                         "models ship with constant weights, whose outputs a broken compiler can also match)")
+    _input_shape_arg(p)
 
 
 def _host_arg(p: argparse.ArgumentParser, runs: bool = True) -> None:
@@ -104,9 +107,11 @@ def _host_arg(p: argparse.ArgumentParser, runs: bool = True) -> None:
                            "; an -mtriple of another machine cross-compiles (export to a .tar of objects)"))
 
 
-def _input_shape_arg(p: argparse.ArgumentParser) -> None:
+def _input_shape_arg(p: argparse.ArgumentParser, library: bool = False) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
-                   help="shape of an input with symbolic dimensions, for random inputs (repeatable)")
+                   help=("shape of an input with symbolic dimensions, for the random inputs (repeatable)" if library
+                         else "static shape of an input, binding its symbolic dimensions (repeatable; without it a "
+                              "symbolic batch dimension is 1, with a warning, and any other is an error)"))
 
 
 def _inputs_arg(p: argparse.ArgumentParser) -> None:
@@ -171,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run on seeded random inputs: standard normal for float inputs, the whole range for "
                             "8-bit integers")
     p.add_argument("-o", "--output", type=Path, metavar="OUT.npz", help="save the outputs as output_0, output_1, ...")
+    _input_shape_arg(p, library=True)
     p.add_argument("--stats", action="store_true",
                    help="print per NPU partition run: cycles, roofline bound and efficiency, DMA traffic and "
                         "descriptors, wasted burst bytes, SRAM high-water mark, instructions, engine utilisation")
@@ -329,6 +335,7 @@ def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
     """(name, model, normalised target) of a model command; the target is checked before any work."""
     target = target_option(args)
     name, model = resolve_model(args.model)
+    model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
     if args.randomize_weights is not None:
         model = randomize_weights(model, args.randomize_weights)
         name = f"{name} (weights seed {args.randomize_weights})"
@@ -448,6 +455,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _writable(args.output, "-o")
     library = _library(args.library)
     specs = library_inputs(library)
+    shapes = check_shapes({s.name: s.shape for s in specs}, parse_input_shapes(args.input_shape), "--input-shape")
+    specs = [TensorSpec(s.name, shapes.get(s.name, s.shape), s.dtype) for s in specs]
     if args.inputs is not None:
         inputs = read_inputs(args.inputs, [s.name for s in specs])
     elif args.random_inputs is not None:
@@ -531,8 +540,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     ort = require_onnxruntime()
     ort.set_default_logger_severity(3)  # errors only: its notes on the models it optimises are not the user's
     name, model = resolve_model(args.model)
-    shapes = dict(parse_input_shape(s) for s in args.input_shape)
-    samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed, overrides=shapes)
+    model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
+    samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed)
     output = quantize_model(model, args.output, calibration=samples, activations=args.activations,
                             per_channel=not args.per_tensor)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
@@ -554,12 +563,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     target = target_option(args)
     name, model = resolve_model(args.model)
     ref_name, reference = resolve_model(args.reference)
-    shapes = dict(parse_input_shape(s) for s in args.input_shape)
+    shapes = parse_input_shapes(args.input_shape)
+    model, reference = (bind_input_shapes(m, shapes, "--input-shape") for m in (model, reference))
     if args.inputs is not None:
-        samples = npz_samples(args.inputs, reference, shapes)
+        samples = npz_samples(args.inputs, reference)
         given = f"{args.inputs}" + (f" (first of {len(samples)} samples)" if len(samples) > 1 else "")
     else:
-        samples = random_samples(reference, 1, args.seed, shapes)
+        samples = random_samples(reference, 1, args.seed)
         given = f"standard-normal (seed {args.seed})"
     matches, skipped = match_tensors(model, reference)
     if not matches:

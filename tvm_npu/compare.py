@@ -27,6 +27,7 @@ from tvm import relax
 from tvm_npu.bench import to_numpy
 from tvm_npu.config import parse_target
 from tvm_npu.driver import build, build_reference
+from tvm_npu.onnx_import import bind_input_shapes
 from tvm_npu.quantize import Sample, graph_inputs, require_onnxruntime
 
 ENGINES = ("npu", "onnxruntime")
@@ -187,13 +188,16 @@ def layer_errors(quantized: onnx.ModelProto, reference: onnx.ModelProto, matches
     """Run both models with ``matches`` as extra outputs on ``sample``; one row per match.
 
     ``engine`` runs the compared model: ``npu`` (tvm_npu.build for ``target``, simulated)
-    or ``onnxruntime`` (quantization error alone, without the compiler's).
+    or ``onnxruntime`` (quantization error alone, without the compiler's). The sample's shapes bind the
+    models' symbolic input dimensions.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     q_inputs, r_inputs = list(graph_inputs(quantized)), list(graph_inputs(reference))
     if q_inputs != r_inputs:
         raise ValueError(f"the models take different inputs: {q_inputs} against the reference's {r_inputs}")
+    shapes = {n: np.shape(a) for n, a in sample.items()}
+    quantized, reference = bind_input_shapes(quantized, shapes), bind_input_shapes(reference, shapes)
     ref_model = with_outputs(reference, [m.name for m in matches])
     q_model = with_outputs(quantized, [m.carrier for m in matches])
     if engine == "npu":

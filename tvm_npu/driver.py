@@ -49,6 +49,7 @@ from tvm_npu.relay_patterns.layout import (
     plan_layouts,
     unfold_host_layouts,
 )
+from tvm_npu.shapes import Shapes, bind_relax_shapes
 from tvm_npu.tiles import TileParams
 from tvm_npu.tir_schedules.plan import plan_partition
 
@@ -65,11 +66,16 @@ class Stage:
     run: Callable[[tvm.IRModule], tvm.IRModule]
 
 
-def load_model(model: Model) -> tvm.IRModule:
+def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
     """A Relax module from a Relax module, an ``onnx.ModelProto``, a path to a ``.onnx`` file
-    or the name of a bundled model (``"mobilenet_v2"``; an existing file of that name wins)."""
+    or the name of a bundled model (``"mobilenet_v2"``; an existing file of that name wins).
+
+    ``shapes`` (input name -> full static shape) binds the inputs' symbolic dimensions; without it a
+    symbolic batch dimension is 1 (with a ``SymbolicShapeWarning``) and any other is a ``ValueError``
+    (:mod:`tvm_npu.shapes`). A Relax module's symbolic parameters are bound by TVM's ``BindSymbolicVars``.
+    """
     if isinstance(model, tvm.IRModule):
-        return model
+        return bind_relax_shapes(model, shapes)
     if isinstance(model, str | os.PathLike):
         from tvm_npu.zoo import BUNDLED
 
@@ -90,10 +96,10 @@ def load_model(model: Model) -> tvm.IRModule:
         raise ValueError("the ONNX model has an empty graph")
     from tvm.relax.frontend.onnx import from_onnx
 
-    from tvm_npu.onnx_import import prepare  # exporter-style shape arithmetic, Clip inputs, explicit pads
+    from tvm_npu.onnx_import import bind_input_shapes, prepare  # symbolic dims; shape arithmetic, Clip, pads
     from tvm_npu.qoperator import to_qdq  # QOperator nodes (QLinearConv, ...) become QDQ, which TVM imports
 
-    return from_onnx(prepare(to_qdq(model)), keep_params_in_input=False)
+    return from_onnx(prepare(to_qdq(bind_input_shapes(model, shapes))), keep_params_in_input=False)
 
 
 def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRModule]:
@@ -285,10 +291,11 @@ def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> No
 
 
 def plan_model(model: Model, target: str | NpuTarget = "npu", *,
-               params: Mapping[str, Any] | None = None) -> list[PartitionPlan]:
-    """The plans of ``model``'s NPU partitions: every stage up to and including ``plan``."""
+               params: Mapping[str, Any] | None = None, shapes: Shapes | None = None) -> list[PartitionPlan]:
+    """The plans of ``model``'s NPU partitions: every stage up to and including ``plan``
+    (``shapes``: as for :func:`load_model`)."""
     npu = parse_target(target)
-    mod = load_model(model)
+    mod = load_model(model, shapes)
     plans: list[PartitionPlan] = []
     for stage in stages(npu, params, plans=plans):
         if stage.name == "codegen":
@@ -298,7 +305,8 @@ def plan_model(model: Model, target: str | NpuTarget = "npu", *,
 
 
 def tune(model: Model, target: str | NpuTarget, work_dir: str | os.PathLike, trials: int = 64, **kwargs: Any) -> list:
-    """Tune ``model`` for ``target`` with meta_schedule, records in ``work_dir``; see :func:`tvm_npu.tuning.tune`."""
+    """Tune ``model`` for ``target`` with meta_schedule, records in ``work_dir``; see :func:`tvm_npu.tuning.tune`
+    (which also takes ``shapes=``, as :func:`load_model` does)."""
     from tvm_npu.tuning import tune as tune_model
 
     return tune_model(model, target, work_dir, trials, **kwargs)
@@ -313,6 +321,7 @@ def build(
     tiles: Mapping[str, TileParams] | None = None,
     database: str | os.PathLike | None = None,
     host: HostTarget = None,
+    shapes: Shapes | None = None,
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
@@ -321,10 +330,12 @@ def build(
     every intermediate form; ``database`` (a work directory of :func:`tune`) applies what tuning
     measured for this target: the best tile of every operator and the best plan of every partition;
     ``tiles`` overrides the tile choice per operator signature directly; ``host`` is the llvm target of
-    the host part (:func:`host_target`: a ``-mcpu``, ``-num-cores``, or an ``-mtriple`` to cross-compile).
+    the host part (:func:`host_target`: a ``-mcpu``, ``-num-cores``, or an ``-mtriple`` to cross-compile);
+    ``shapes`` (input name -> static shape, e.g. ``{"input": (1, 224, 224, 3)}``) binds symbolic input
+    dimensions, without it a symbolic batch dimension is 1 with a warning (:func:`load_model`).
     """
     return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database,
-                           host=host)[0]
+                           host=host, shapes=shapes)[0]
 
 
 def build_with_info(
@@ -336,6 +347,7 @@ def build_with_info(
     tiles: Mapping[str, TileParams] | None = None,
     database: str | os.PathLike | None = None,
     host: HostTarget = None,
+    shapes: Shapes | None = None,
 ) -> tuple[relax.VMExecutable, BuildInfo]:
     """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
     npu = parse_target(target)
@@ -353,7 +365,7 @@ def build_with_info(
         dump_path.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    mod = load_model(model)
+    mod = load_model(model, shapes)
     seconds["import"] = time.perf_counter() - t0
     _dump(dump_path, 0, "import", mod)
     info = partitioned = None
@@ -432,14 +444,15 @@ def host_target(host: HostTarget = None) -> tvm.target.Target:
 
 
 def build_reference(model: Model, *, params: Mapping[str, Any] | None = None,
-                    host: HostTarget = None) -> relax.VMExecutable:
+                    host: HostTarget = None, shapes: Shapes | None = None) -> relax.VMExecutable:
     """The same model built for llvm only: the numerical reference and the speed baseline.
 
     It computes what the NPU build computes: QDQ regions as integer kernels (the semantics of
     onnxruntime's quantized operators, not TVM's fp32 emulation of them) and fp16 operators
     with fp32 accumulation (:func:`~tvm_npu.relay_patterns.semantic_passes`). An fp32 model
-    compiled with ``-precision=fp16`` is compared with this fp32 reference. ``host``: as for :func:`build`.
+    compiled with ``-precision=fp16`` is compared with this fp32 reference. ``host``, ``shapes``: as for
+    :func:`build`.
     """
     llvm = host_target(host)
-    mod = _seq(semantic_passes())(_bind(params)(load_model(model)))
+    mod = _seq(semantic_passes())(_bind(params)(load_model(model, shapes)))
     return relax.build(mod, target=llvm)

@@ -49,6 +49,7 @@ from tvm_npu.plan import PartitionPlan
 from tvm_npu.relay_patterns.layout import is_layout_transform
 from tvm_npu.relay_patterns.patterns import collect_refusals
 from tvm_npu.runtime_module import module_blob
+from tvm_npu.shapes import Shapes
 from tvm_npu.simulator import decode_program
 from tvm_npu.simulator.validate import validate
 
@@ -134,11 +135,13 @@ class Inspection:
         return "\n".join(lines)
 
 
-def inspect_model(model: Model, target: str | NpuTarget = "npu", name: str | None = None) -> Inspection:
-    """Inspect ``model`` (anything :func:`tvm_npu.build` takes) for ``target``; see the module docstring."""
+def inspect_model(model: Model, target: str | NpuTarget = "npu", name: str | None = None, *,
+                  shapes: Shapes | None = None) -> Inspection:
+    """Inspect ``model`` (anything :func:`tvm_npu.build` takes) for ``target``; see the module docstring.
+    ``shapes`` binds symbolic input dimensions (:func:`tvm_npu.load_model`)."""
     npu = parse_target(target)
     onnx_model = _onnx_of(model)
-    mod = load_model(onnx_model if onnx_model is not None else model)
+    mod = load_model(onnx_model if onnx_model is not None else model, shapes)
     inputs, outputs = tuple(model_inputs(mod)), _outputs(mod["main"], onnx_model)
     plans: list[PartitionPlan] = []
     partitioned = None

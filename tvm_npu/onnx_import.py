@@ -29,12 +29,14 @@ folding needed here is a few rules on top of onnx's own shape inference and refe
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
+
+from tvm_npu.shapes import Dim, resolve_shapes
 
 #: Operators folded when every input is a constant: the arithmetic of shapes and indices, and
 #: pure data movement of constants. Quantize/dequantize are deliberately absent.
@@ -57,6 +59,7 @@ def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     fold_shapes(out)
     fold_pads(out)
+    drop_requantize_pairs(out)
     clips_as_max_min(out)
     return out
 
@@ -252,6 +255,10 @@ def _nonnegative(graph: onnx.GraphProto, name: str, values: dict[str, np.ndarray
         return False
     if producer.op_type in ("Relu", "Sigmoid", "HardSigmoid", "Softplus", "Abs"):
         return True
+    if producer.op_type == "DequantizeLinear":  # (q - zp) * s >= 0 for every q when zp is the type's minimum
+        zp = values.get(producer.input[2]) if len(producer.input) > 2 and producer.input[2] else None
+        return zp is not None and np.size(zp) == 1 and np.issubdtype(np.asarray(zp).dtype, np.integer) and \
+            int(np.asarray(zp).reshape(())) == np.iinfo(np.asarray(zp).dtype).min
     if producer.op_type == "Clip":
         lo = _attrs(producer).get("min")
         if lo is None and len(producer.input) > 1 and producer.input[1] in values:
@@ -282,6 +289,15 @@ def _foldable_into(consumer: onnx.NodeProto, pad: tuple[int, int, int, int], val
     if consumer.op_type == "MaxPool":  # max pooling ignores padding: exact for -inf, or 0 below non-negatives
         return value == -math.inf or (value == 0.0 and _nonnegative(graph, data, values))
     return False
+
+
+def _transposed(pads: list[int], node: onnx.NodeProto) -> list[int] | None:
+    """The pads (begin..., end...) of a Transpose's output, the pad moved after it (None: rank differs)."""
+    rank = len(pads) // 2
+    perm = [int(p) for p in _attrs(node).get("perm", range(rank - 1, -1, -1))]
+    if sorted(perm) != list(range(rank)):
+        return None
+    return [pads[p] for p in perm] + [pads[rank + p] for p in perm]
 
 
 def _through_qdq(value: float, node: onnx.NodeProto, values: dict[str, np.ndarray]) -> float | None:
@@ -325,18 +341,28 @@ def fold_pads(model: onnx.ModelProto) -> int:
         if node.op_type != "Pad" or node.domain not in ("", "ai.onnx"):
             continue
         spec = _pad_spec(node, values)
-        pad = _spatial(spec[0]) if spec is not None else None
-        if pad is None:
+        if spec is None:
             continue
-        value, chain, current = spec[1], [], node.output[0]
+        pads, value, chain, current = spec[0], spec[1], [], node.output[0]
         while current not in outputs and len(users.get(current, [])) == 1:
             reader = users[current][0]
-            mapped = _through_qdq(value, reader, values)
-            if mapped is None or reader.input[0] != current:
+            if reader.input[0] != current:
                 break
-            value, current = mapped, reader.output[0]
+            if reader.op_type == "Transpose":  # tf2onnx pads in NHWC, then transposes to NCHW
+                pads = _transposed(pads, reader)
+                if pads is None:
+                    break
+            else:
+                mapped = _through_qdq(value, reader, values)
+                if mapped is None:
+                    break
+                value = mapped
+            current = reader.output[0]
             chain.append(reader)
+        pad = _spatial(pads) if pads is not None else None
         readers = users.get(current, [])
+        if pad is None:
+            continue
         if current in outputs or len(readers) != 1 or readers[0].op_type not in ("Conv", "AveragePool", "MaxPool"):
             continue
         consumer = readers[0]
@@ -359,6 +385,54 @@ def fold_pads(model: onnx.ModelProto) -> int:
         graph.value_info.extend(infos)
         _drop_unused_initializers(graph)
     return len(removed)
+
+
+def _qparams(node: onnx.NodeProto, values: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, zero point) of a per-tensor Q / DQ whose parameters are constants, zero point explicit."""
+    if len(node.input) < 3 or node.input[1] not in values or node.input[2] not in values:
+        return None
+    scale, zp = values[node.input[1]], values[node.input[2]]
+    if scale.size != 1 or zp.size != 1 or _attrs(node).get("saturate", 1) != 1:
+        return None
+    return scale.reshape(()), zp.reshape(())
+
+
+def drop_requantize_pairs(model: onnx.ModelProto) -> int:
+    """Remove ``QuantizeLinear(DequantizeLinear(x, s, z), s, z)`` (same per-tensor scale and zero point,
+    so exactly ``x``), in place; returns how many. Folding a QDQ-wrapped Pad (:func:`fold_pads`) leaves
+    such a pair between the graph input and the first convolution; kept, it is a float round trip on the
+    host."""
+    graph = model.graph
+    values = _constants(graph)
+    producers = {o: n for n in graph.node for o in n.output}
+    outputs = {o.name for o in graph.output}
+    renamed: dict[str, str] = {}
+    dropped: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.op_type != "QuantizeLinear" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
+            continue
+        source = producers.get(node.input[0])
+        if source is None or source.op_type != "DequantizeLinear" or source.domain not in ("", "ai.onnx"):
+            continue
+        q, dq = _qparams(node, values), _qparams(source, values)
+        if q is None or dq is None or q[1].dtype != dq[1].dtype or \
+                np.float32(q[0]) != np.float32(dq[0]) or int(q[1]) != int(dq[1]):
+            continue
+        renamed[node.output[0]] = renamed.get(source.input[0], source.input[0])
+        dropped.append(node)
+    if not dropped:
+        return 0
+    kept = [n for n in graph.node if not any(n is d for d in dropped)]
+    for n in kept:
+        for i, name in enumerate(n.input):
+            if name in renamed:
+                n.input[i] = renamed[name]
+    read = {name for n in kept for name in n.input} | outputs
+    kept = [n for n in kept if n.op_type != "DequantizeLinear" or any(o in read for o in n.output)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    _drop_unused_initializers(graph)
+    return len(dropped)
 
 
 def clips_as_max_min(model: onnx.ModelProto) -> int:
@@ -423,3 +497,46 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
         if vi.type.HasField("tensor_type"):
             types[vi.name] = vi.type.tensor_type.elem_type
     return types
+
+
+# ------------------------------------------------------------------ symbolic input dimensions
+def _declared(vi: onnx.ValueInfoProto) -> tuple[Dim, ...]:
+    return tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in vi.type.tensor_type.shape.dim)
+
+
+def bind_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None,
+                      option: str = "shapes") -> onnx.ModelProto:
+    """``model`` with static input shapes: its symbolic dimensions bound by ``shapes`` (input name -> full
+    shape) or, for a batch dimension, to 1 with a warning (the rules of :mod:`tvm_npu.shapes`).
+
+    A new model when a dimension changes (``model`` itself otherwise). The exporter's ``value_info``
+    (tf2onnx writes ``unk__N`` dimensions there too) described the symbolic shapes and is dropped: onnx
+    shape inference recomputes it for :func:`fold_shapes`; graph outputs get their inferred static shapes.
+    ``option`` is how errors name what the user gave (``"shapes"`` or ``"--input-shape"``).
+    """
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input
+              if vi.name not in inits and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")]
+    declared = {vi.name: _declared(vi) for vi in inputs}
+    static = resolve_shapes(declared, shapes, option)
+    if all(static[n] == dims for n, dims in declared.items()):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in static:
+            for d, v in zip(vi.type.tensor_type.shape.dim, static[vi.name], strict=True):
+                d.Clear()
+                d.dim_value = v
+    del out.graph.value_info[:]
+    try:
+        inferred = {o.name: o for o in shape_inference.infer_shapes(out).graph.output}
+    except Exception:  # inference fails on custom domains: the outputs keep their declared dims
+        inferred = {}
+    for o in out.graph.output:
+        new = inferred.get(o.name)
+        if new is not None and new.type.tensor_type.HasField("shape") and \
+                all(d.HasField("dim_value") for d in new.type.tensor_type.shape.dim):
+            o.type.tensor_type.shape.CopyFrom(new.type.tensor_type.shape)
+    return out

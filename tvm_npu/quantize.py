@@ -24,6 +24,9 @@ import numpy as np
 import onnx
 from onnx import helper, version_converter
 
+from tvm_npu.onnx_import import bind_input_shapes
+from tvm_npu.shapes import check_shapes
+
 #: The lowest opset with per-axis QuantizeLinear/DequantizeLinear (per-channel weights).
 MIN_OPSET = 13
 ACTIVATIONS = ("int8", "uint8")
@@ -67,19 +70,6 @@ def graph_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
     return specs
 
 
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"NAME=1,3,224,224"`` -> ``("NAME", (1, 3, 224, 224))``."""
-    name, sep, dims = text.rpartition("=")
-    try:
-        shape = tuple(int(d) for d in dims.split(","))
-    except ValueError:
-        shape = ()
-    if not sep or not name or not shape or min(shape) < 1:
-        raise ValueError(f"--input-shape {text!r}: expected NAME=d0,d1,... with positive integers, "
-                         f"e.g. input=1,3,224,224")
-    return name, shape
-
-
 def _fits(shape: tuple[int, ...], expected: tuple[int | str, ...]) -> bool:
     """Whether ``shape`` has ``expected``'s rank and static dimensions (symbolic ones match anything)."""
     if len(shape) != len(expected):
@@ -89,19 +79,12 @@ def _fits(shape: tuple[int, ...], expected: tuple[int | str, ...]) -> bool:
 
 def input_shapes(specs: Mapping[str, InputSpec],
                  overrides: Mapping[str, Sequence[int]] | None = None) -> dict[str, tuple[int | str, ...]]:
-    """The shape every input must have: the graph's, with symbolic dimensions fixed by ``overrides``.
-
-    An override must name an input, have its rank and agree with its static dimensions.
+    """The shape every input must have: the graph's, with symbolic dimensions fixed by ``overrides``
+    (checked as :func:`tvm_npu.shapes.check_shapes` checks ``--input-shape``; symbolic dimensions without an
+    override stay symbolic, so calibration arrays may choose them).
     """
     shapes: dict[str, tuple[int | str, ...]] = {n: s.shape for n, s in specs.items()}
-    for name, given in (overrides or {}).items():
-        if name not in specs:
-            raise ValueError(f"--input-shape {name}: the model has no input {name!r} (inputs: {list(specs)})")
-        declared = specs[name].shape
-        if not _fits(tuple(given), declared):
-            raise ValueError(f"--input-shape {name}={','.join(map(str, given))} does not fit input {name!r} "
-                             f"of shape ({', '.join(map(str, declared))})")
-        shapes[name] = tuple(given)
+    shapes.update(check_shapes({n: s.shape for n, s in specs.items()}, overrides, "--input-shape"))
     return shapes
 
 
@@ -241,7 +224,9 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
 
     Calibration data is ``calibration`` (arrays by input name, each one sample or samples
     along a leading axis; a list of such mappings; or an ``.npz`` path) or ``random``
-    seeded standard-normal samples (``input_shapes`` fixes symbolic dimensions). Weights
+    seeded standard-normal samples. ``input_shapes`` binds the model's symbolic input dimensions first
+    (:func:`tvm_npu.onnx_import.bind_input_shapes`: without it a symbolic batch is 1, with a warning), so
+    the quantized model has static input shapes, as the NPU compiles them. Weights
     are symmetric int8, per output channel unless ``per_channel=False``; activations are
     asymmetric ``int8`` or ``uint8``. The fp32 tensor names are kept, which
     :func:`tvm_npu.compare.compare_models` relies on.
@@ -252,8 +237,8 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
 
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations must be one of {ACTIVATIONS}, not {activations!r}")
-    proto = load_onnx(model)
-    samples = calibration_samples(proto, calibration, random=random, seed=seed, overrides=input_shapes)
+    proto = bind_input_shapes(load_onnx(model), input_shapes)
+    samples = calibration_samples(proto, calibration, random=random, seed=seed)
     proto = _prepare(proto)
 
     class Reader(CalibrationDataReader):

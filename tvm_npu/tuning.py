@@ -27,14 +27,17 @@ the winning plan per partition, for that target only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import random
+import sys
+import types
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -514,19 +517,22 @@ def tune(
     seed: int = 0,
     timeout_sec: float = 600.0,
     progress: bool = True,
+    shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> list[TaskResult]:
     """Tune ``model`` for ``target`` with meta_schedule; records go to ``work_dir`` (see the module
     docstring). ``trials`` is meta_schedule's global trial budget for the operator tasks;
     ``rpc="HOST:PORT"`` measures on the servers registered with that tracker under ``key``
     (``python -m tvm_npu.rpc_server``), else ``workers`` local processes (default: one per core).
     ``plans`` also searches the plans of the model's partitions (:mod:`tvm_npu.plan_search`). A candidate
-    whose build or measurement takes longer than ``timeout_sec`` is recorded as a failed trial."""
-    from tvm_npu.driver import plan_model
+    whose build or measurement takes longer than ``timeout_sec`` is recorded as a failed trial. ``shapes``
+    binds symbolic input dimensions (:func:`tvm_npu.load_model`)."""
+    from tvm_npu.driver import load_model, plan_model
     from tvm_npu.measure import NpuLocalRunner, rpc_runner
 
     npu = parse_target(target)
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
+    model = load_model(model, shapes)  # imported once, for the operators and the plan search
     tasks = extract_tasks(plan_model(model, npu, params=params))
     if not tasks:
         raise ValueError("the model has no NPU operators to tune")
@@ -544,6 +550,28 @@ def tune(
         if isinstance(runner, NpuLocalRunner):
             runner.shutdown()
     return results
+
+
+#: What ``TuneContext.__init__`` imports (see :func:`_without_tensor_intrinsics`).
+_TENSOR_INTRIN = "tvm.s_tir.tensor_intrin"
+
+
+@contextlib.contextmanager
+def _without_tensor_intrinsics() -> Iterator[None]:
+    """``TuneContext.__init__`` imports ``tvm.s_tir.tensor_intrin``, which registers the CUDA, ARM, x86,
+    ROCm and Hexagon tensorization intrinsics of TVM's own schedule rules: 35-40 s of TVMScript parsing
+    per process. Our design space has no schedule rules and tensorizes nothing, so while the contexts
+    are made an empty module answers that import; it is removed afterwards, and a later real import
+    (by anyone who does need the intrinsics) loads them as usual."""
+    if _TENSOR_INTRIN in sys.modules:
+        yield
+        return
+    stand_in = sys.modules[_TENSOR_INTRIN] = types.ModuleType(_TENSOR_INTRIN)
+    try:
+        yield
+    finally:
+        if sys.modules.get(_TENSOR_INTRIN) is stand_in:
+            del sys.modules[_TENSOR_INTRIN]
 
 
 def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | os.PathLike, trials: int, *,
@@ -564,17 +592,19 @@ def tune_tasks(tasks: Sequence[Task], target: str | NpuTarget, work_dir: str | o
     missing = [(t, m) for t, m in zip(tasks, mods, strict=True) if t.key not in defaults]
     if missing:
         defaults.update(_commit_defaults([t for t, _ in missing], [m for _, m in missing], npu, db, builder, runner))
-    contexts = [
-        ms.TuneContext(
-            mod=mod, target=ms_target(npu), task_name=task.name, rand_state=seed + 1 + i, num_threads=1,
-            space_generator=ms.space_generator.ScheduleFn(
-                design_space, sch_rules=[], postprocs=[LegalTile()], mutator_probs={MutateParameter(seed + i): 1.0}),
-            search_strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=64, init_measured_ratio=0.25, init_min_unmeasured=8, max_fail_count=8,
-                genetic_num_iters=3, genetic_mutate_prob=0.85, genetic_max_fail_count=8, eps_greedy=0.1),
-        )
-        for i, (task, mod) in enumerate(zip(tasks, mods, strict=True))
-    ]
+    with _without_tensor_intrinsics():
+        contexts = [
+            ms.TuneContext(
+                mod=mod, target=ms_target(npu), task_name=task.name, rand_state=seed + 1 + i, num_threads=1,
+                space_generator=ms.space_generator.ScheduleFn(
+                    design_space, sch_rules=[], postprocs=[LegalTile()],
+                    mutator_probs={MutateParameter(seed + i): 1.0}),
+                search_strategy=ms.search_strategy.EvolutionarySearch(
+                    population_size=64, init_measured_ratio=0.25, init_min_unmeasured=8, max_fail_count=8,
+                    genetic_num_iters=3, genetic_mutate_prob=0.85, genetic_max_fail_count=8, eps_greedy=0.1),
+            )
+            for i, (task, mod) in enumerate(zip(tasks, mods, strict=True))
+        ]
     cost_model = ms.cost_model.XGBModel(extractor=TileFeatures(), num_warmup_samples=8, verbose_eval=0,
                                         adaptive_training=False)
     # Seeded, so that a run is reproducible and local and RPC runs agree: XGBModel's warm-up predictions

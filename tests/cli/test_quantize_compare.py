@@ -181,15 +181,25 @@ def test_quantize_without_onnxruntime(fp32: Path, tmp_path: Path, capsys: pytest
                    'pip install "tvm-npu[quantize]"')
 
 
-def test_quantize_symbolic_dimension_needs_input_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quantize_binds_symbolic_dimensions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "dynamic.onnx"
     onnx.save(fp32_model(batch="N"), str(path))
     argv = ["quantize", str(path), "-o", str(tmp_path / "q.onnx"), "--random", "2"]
-    one_line_error(capsys, argv, "'x'", "symbolic", "--input-shape x=")
+
+    def batch() -> int:
+        return onnx.load(str(tmp_path / "q.onnx")).graph.input[0].type.tensor_type.shape.dim[0].dim_value
+
+    assert main(argv) == 0  # the symbolic batch is 1, with a warning saying how to choose another
+    assert "symbolic batch dimension 'N' bound to 1" in capsys.readouterr().err and batch() == 1
     one_line_error(capsys, [*argv, "--input-shape", "x=1,3,8,8"], "does not fit input 'x'")
     assert main([*argv, "--input-shape", "x=2,3,16,16"]) == 0
     out = capsys.readouterr().out
     assert "2 random standard-normal samples (seed 0)" in out and f"wrote {tmp_path / 'q.onnx'}" in out
+    assert batch() == 2
+    model = fp32_model(batch="N")
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    onnx.save(model, str(path))
+    one_line_error(capsys, argv, "'x'", "dimension 2 ('H') is symbolic", "--input-shape x=1,3,H,16")
 
 
 def test_quantize_cli_reports_what_it_did(fp32: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -303,6 +303,97 @@ def test_pad_of_a_quantized_tensor_folds_into_the_8bit_conv(form: str) -> None:
     assert conv.padding == (1, 0, 1, 1) and conv.pad_value == zx and conv.data.dtype.is_quantized
 
 
+def _qdq_inits(zx: int = -1, zr: int = -128) -> list[onnx.TensorProto]:
+    return [_init("sx", np.array(0.05, np.float32)), _init("zx", np.array(zx, np.int8)),
+            _init("sr", np.array(0.04, np.float32)), _init("zr", np.array(zr, np.int8)),
+            _init("wq", rng.integers(-60, 60, (8, 8, 3, 3)).astype(np.int8)),
+            _init("ws", np.array(0.01, np.float32)), _init("wz", np.array(0, np.int8)),
+            _init("zero", np.array(0.0, np.float32))]
+
+
+def _run_int8(model: onnx.ModelProto, shape: tuple[int, ...]) -> tvm_npu.BuildInfo:
+    """Build an int8-in, int8-out model; NPU == llvm bit for bit, onnxruntime within one step."""
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ex, info = tvm_npu.build_with_info(model)
+        ref_ex = tvm_npu.build_reference(model)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    ref = relax.VirtualMachine(ref_ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    return info
+
+
+def _int8_model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], shape: tuple[int, ...]
+                ) -> onnx.ModelProto:
+    graph = oh.make_graph(nodes, "converter_form", [oh.make_tensor_value_info("x", TensorProto.INT8, list(shape))],
+                          [oh.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_nhwc_pad_before_the_input_transpose_folds_into_the_first_conv() -> None:
+    """tf2onnx ``--tflite`` (ResNet-50's stem): the int8 NHWC input dequantized, padded in NHWC with 0.0,
+    quantized again, transposed to NCHW, then the 7x7 conv. The pad moves past the Q and the Transpose
+    (its pads permuted) into the conv; the Q(DQ(x)) pair left behind is dropped."""
+    shape = (1, 12, 12, 8)
+    inits = [*_qdq_inits(), _init("pads", np.array([0, 2, 1, 0, 0, 1, 2, 0], np.int64))]
+    nodes = [oh.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
+             oh.make_node("Pad", ["xd", "pads", "zero"], ["xpd"], mode="constant"),
+             oh.make_node("QuantizeLinear", ["xpd", "sx", "zx"], ["xpq"]),
+             oh.make_node("Transpose", ["xpq"], ["t"], perm=[0, 3, 1, 2]),
+             oh.make_node("DequantizeLinear", ["t", "sx", "zx"], ["td"]),
+             oh.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             oh.make_node("Conv", ["td", "w"], ["c"], strides=[2, 2]),
+             oh.make_node("QuantizeLinear", ["c", "sr", "zr"], ["y"])]
+    model = _int8_model(nodes, inits, shape)
+    assert [n.op_type for n in prepare(model).graph.node] == [
+        "Transpose", "DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]
+    info = _run_int8(model, shape)
+    assert info.host_ops == {}
+    (conv,) = [op.spec for plan in info.plans for op in plan.ops]  # no transpose of its own
+    assert conv.padding == (2, 1, 1, 2) and conv.pad_value == -1
+    assert conv.data.view is not None and conv.data.view.dims[1] == ((8, 1),)  # reads the NHWC input in place
+
+
+@pytest.mark.parametrize("zr, folds", [(-128, True), (-100, False)])
+def test_pad_of_a_quantized_relu_folds_into_the_maxpool(zr: int, folds: bool) -> None:
+    """tf2onnx's ``DQ -> Pad(0.0) -> Q -> DQ -> MaxPool``: exact to fold when the dequantized tensor is
+    never negative, i.e. its zero point is the type's minimum (a quantized ReLU's); with any other zero
+    point 0.0 exceeds some values and the pad stays on the host."""
+    shape = (1, 8, 10, 10)
+    inits = [*_qdq_inits(zr=zr), _init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))]
+    nodes = [oh.make_node("DequantizeLinear", ["x", "sr", "zr"], ["xd"]),
+             oh.make_node("Pad", ["xd", "pads", "zero"], ["xpd"], mode="constant"),
+             oh.make_node("QuantizeLinear", ["xpd", "sr", "zr"], ["xpq"]),
+             oh.make_node("DequantizeLinear", ["xpq", "sr", "zr"], ["xp"]),
+             oh.make_node("MaxPool", ["xp"], ["m"], kernel_shape=[3, 3], strides=[2, 2]),
+             oh.make_node("QuantizeLinear", ["m", "sr", "zr"], ["y"])]
+    model = _int8_model(nodes, inits, shape)
+    assert ("Pad" not in [n.op_type for n in prepare(model).graph.node]) == folds
+    info = _run_int8(model, shape)
+    assert (info.host_ops == {}) == folds
+    assert info.npu_ops.get("relax.nn.max_pool2d") == 1
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_requantize_pair_with_the_same_parameters_is_dropped(same: bool) -> None:
+    """``Q(DQ(x, s, z), s, z)`` is ``x`` exactly; with another scale it is a requantisation and stays."""
+    shape = (1, 8, 6, 6)
+    inits = _qdq_inits()
+    nodes = [oh.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
+             oh.make_node("QuantizeLinear", ["xd", "sx" if same else "sr", "zx"], ["xq"]),
+             oh.make_node("DequantizeLinear", ["xq", "sx" if same else "sr", "zx"], ["xd2"]),
+             oh.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             oh.make_node("Conv", ["xd2", "w"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node("QuantizeLinear", ["c", "sr", "zr"], ["y"])]
+    model = _int8_model(nodes, inits, shape)
+    ops = [n.op_type for n in prepare(model).graph.node]
+    assert ops.count("QuantizeLinear") == (1 if same else 2)
+    _run_int8(model, shape)
+
+
 def test_inverted_residual_block_is_one_partition_with_the_add_fused() -> None:
     """MobileNetV2's residual as torch writes it, ``x + conv(relu6(conv(x)))`` with ReLU6 as Clip and
     ``x`` the previous block's project conv (no activation), which the next block reads too: one
