@@ -30,6 +30,8 @@ setup(
         "quantize": ["onnxruntime>=1.17"],
         "benchmark": ["onnxruntime>=1.17"],  # the CPU reference column of bench and benchmarks/compare_llvm.py
         "tune": TUNE,
+        # benchmarks/vela_compare.py only: Keras -> TFLite int8 -> ONNX, and Arm's Vela as the peer compiler
+        "vela": ["tensorflow-cpu>=2.21", "tf2onnx>=1.17", "ethos-u-vela>=5.2,<6", "onnxruntime>=1.17"],
     },
     entry_points={"console_scripts": ["tvm-npu=tvm_npu.cli:main"]},
 )

@@ -1,0 +1,690 @@
+"""tvm-npu against Arm's Vela on the same int8 networks and a machine of the same peak (issue 15).
+
+Usage (from a venv with the ``vela`` extra: ``pip install -e ".[vela]"``, i.e. tensorflow-cpu,
+tf2onnx, ethos-u-vela and onnxruntime beside tvm-npu; they share numpy, onnx and protobuf without
+conflict: tested with tensorflow-cpu 2.21, tf2onnx 1.17, ethos-u-vela 5.2.0, onnx 1.23.2,
+protobuf 7.36, numpy 2.4, ml_dtypes 0.7):
+
+    python benchmarks/vela_compare.py [--models resnet50,mobilenet_v2] [--work-dir DIR]
+        [--vela-config ../shared/peers/vela_tvmnpu.ini] [--target npu] [--no-numerics | --no-layers]
+
+Per network: Keras builds it (``keras.applications``, random weights, seed 0); the TFLite converter
+quantizes it to full-integer int8 with int8 input and output (representative dataset: 8 seeded
+uniform(-1, 1) inputs); Vela compiles that ``.tflite`` for an Ethos-U65-256 with the peer config
+(system config and memory mode ``TvmNpu``: 1 GHz, 16 B/cycle DRAM, 64 B bursts, 100-cycle latency,
+1 MiB SRAM cache) and its summary CSV gives the total cycles, its per-layer CSV each layer's; tf2onnx
+converts the same ``.tflite`` to ONNX (``--tflite``, opset 17) and tvm-npu builds that for
+``--target`` (the symbolic batch bound with ``shapes=``) and simulates it. The converted models and
+Vela's output are cached in ``--work-dir`` (default: ``<tmp>/tvm-npu-vela_compare``; never commit
+them).
+
+Reported: cycles, efficiency (MACs / 256 / cycles), tvm-npu / Vela, and the goal (<= 0.8x Vela's
+cycles) met or MISSED, and the layers furthest above their roofline bound (what holds the goal back
+where it is missed; the per-layer report's cycles beside Vela's for the same layer, matched by order
+and MAC count), with the totals per kind of layer. Numerics: the NPU's output and logits against
+onnxruntime at ORT_ENABLE_BASIC and at its default level (ORT_ENABLE_ALL), with onnxruntime's two
+levels against each other as the yardstick (random weights amplify a one-step rounding difference
+layer by layer); and per layer: every quantized layer (the nodes between 8-bit tensors, cut out with
+``onnx.utils.Extractor``) compiled alone and fed onnxruntime's float-path tensors for it, judged
+against onnxruntime's output of that layer from the same input: its float path, and its integer
+kernels (the layer between Q and DQ, at the default level), which on a CPU without VNNI depart from
+the float path on full-range int8 weights (standard: >= 99.9% of elements identical, none more than
+1 step apart).
+
+Vela's figures come from its analytical performance estimator for the Ethos-U65, ours from a
+cycle-level simulator of this NPU: the comparison is of two compilers' schedules on machines of
+equal MAC peak and DRAM bandwidth, each judged by its own model. Writes ``vela_compare.json`` and
+``vela_compare.md``; with ``--models`` only those networks' entries are replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import csv
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_VELA_CONFIG = REPO.parent / "shared" / "peers" / "vela_tvmnpu.ini"
+ACCELERATOR = "ethos-u65-256"
+VELA_CONFIG_NAME = "TvmNpu"  # the ini's system config and memory mode
+GOAL = 0.8  # tvm-npu cycles / Vela cycles
+IDENTICAL = 0.999  # the per-layer standard: share of elements identical ...
+MAX_STEPS = 1  # ... and no element further apart than this many quantization steps
+SEED = 0
+CALIBRATION_SAMPLES = 8
+IMAGE = (1, 224, 224, 3)
+TOP_LAYERS = 10
+
+
+@dataclass(frozen=True)
+class Network:
+    """A Keras application; ``issue_vela_cycles`` is the figure issue 15 quotes (for reference only)."""
+
+    keras: str
+    issue_vela_cycles: int
+
+
+NETWORKS = {
+    "resnet50": Network("ResNet50", 21_951_614),
+    "mobilenet_v2": Network("MobileNetV2", 3_133_921),
+}
+
+
+# ------------------------------------------------------------------- the models
+def make_tflite(net: Network, path: Path) -> None:
+    """Keras ``net`` with seeded random weights, quantized by the TFLite converter to full int8."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf  # the vela extra; imported only when a model must be made
+
+    tf.keras.utils.set_random_seed(SEED)
+    model = getattr(tf.keras.applications, net.keras)(weights=None)
+    rng = np.random.default_rng(SEED)
+
+    def representative() -> Iterable[list[np.ndarray]]:
+        for _ in range(CALIBRATION_SAMPLES):
+            yield [rng.uniform(-1, 1, IMAGE).astype(np.float32)]
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    path.write_bytes(converter.convert())
+
+
+def make_onnx(tflite: Path, path: Path) -> None:
+    """tf2onnx's ``--tflite`` conversion at opset 17 (what ``python -m tf2onnx.convert`` does)."""
+    import tf2onnx
+
+    tf2onnx.convert.from_tflite(str(tflite), opset=17, output_path=str(path))
+
+
+def missing(*modules: str) -> list[str]:
+    """The modules of the ``vela`` extra that this Python cannot import."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def models(name: str, work: Path) -> tuple[Path, Path]:
+    """(.tflite, .onnx) of a network, made once per work dir."""
+    tflite, onnx_path = work / f"{name}.tflite", work / f"{name}.onnx"
+    absent = missing("tensorflow", "tf2onnx") if not (tflite.is_file() and onnx_path.is_file()) else []
+    if absent:
+        raise SystemExit(f"making {name}'s models needs {', '.join(absent)}: pip install -e \".[vela]\"")
+    if not tflite.is_file():
+        print(f"{name}: Keras -> TFLite int8", flush=True)
+        make_tflite(NETWORKS[name], tflite)
+        onnx_path.unlink(missing_ok=True)  # made from the old .tflite
+    if not onnx_path.is_file():
+        print(f"{name}: tf2onnx --tflite --opset 17", flush=True)
+        make_onnx(tflite, onnx_path)
+    return tflite, onnx_path
+
+
+# ------------------------------------------------------------------- Vela
+def read_vela_summary(path: Path) -> dict[str, Any]:
+    """Vela's ``*_summary_<config>.csv``: one row of named figures, numbers as floats."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1 or "cycles_total" not in rows[0]:
+        raise ValueError(f"{path}: expected Vela's summary CSV (one row with cycles_total)")
+    out: dict[str, Any] = {}
+    for k, v in rows[0].items():
+        try:
+            out[k] = float(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def read_vela_layers(path: Path) -> list[dict[str, Any]]:
+    """Vela's ``*_per-layer.csv`` folded to one entry per TFLite operator: consecutive rows of one original
+    operator and output name (the NPU operations Vela lowers it to, e.g. a conv and its fused activation)
+    summed. A Pad that Vela folds into the conv before it is listed under the conv's name, as its own entry."""
+    layers: list[dict[str, Any]] = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            name, op = row["Name"].strip(), row["Original Operator"].strip()
+            if not layers or (layers[-1]["name"], layers[-1]["op"]) != (name, op):
+                layers.append({"name": name, "op": op, "cycles": 0, "macs": 0, "target": row["Target"].strip()})
+            layers[-1]["cycles"] += int(float(row["Op Cycles"]))
+            layers[-1]["macs"] += int(float(row["MAC Count"]))
+    return layers
+
+
+def run_vela(tflite: Path, config: Path, out_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Vela on ``tflite`` for the peer machine: (summary, per-layer), from its CSVs (cached in ``out_dir``)."""
+    summary = out_dir / f"{tflite.stem}_summary_{VELA_CONFIG_NAME}.csv"
+    per_layer = out_dir / f"{tflite.stem}_per-layer.csv"
+    stamp = out_dir / "config.ini"  # the config the cached output was made with
+    if not (summary.is_file() and per_layer.is_file() and stamp.is_file()
+            and stamp.read_text() == config.read_text()):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "ethosu.vela", str(tflite), "--accelerator-config", ACCELERATOR,
+               "--config", str(config), "--system-config", VELA_CONFIG_NAME, "--memory-mode", VELA_CONFIG_NAME,
+               "--output-dir", str(out_dir), "--verbose-performance"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        (out_dir / "vela.log").write_text(done.stdout + done.stderr)
+        if done.returncode:
+            tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
+            raise RuntimeError(f"vela failed on {tflite} (exit {done.returncode}): {' '.join(tail)}")
+        stamp.write_text(config.read_text())
+    return read_vela_summary(summary), read_vela_layers(per_layer)
+
+
+def peer_machine(config: Path, summary: dict[str, Any]) -> dict[str, float]:
+    """The Vela machine's figures in tvm-npu's terms (from the ini and Vela's own summary)."""
+    ini = configparser.ConfigParser()
+    ini.read(config)
+    system, mode = ini[f"System_Config.{VELA_CONFIG_NAME}"], ini[f"Memory_Mode.{VELA_CONFIG_NAME}"]
+    clock = float(summary["core_clock"])
+    return {
+        "clock_mhz": clock / 1e6,
+        "macs_per_cycle": float(ACCELERATOR.rsplit("-", 1)[1]),
+        "dram_bytes_per_cycle": float(summary["dram_bandwidth"]) * 2**30 / clock,  # Vela prints GiB/s
+        "dram_burst_bytes": float(system["Dram_burst_length"]),
+        "dma_latency": float(system["Dram_read_latency"]),
+        "sram_bytes": float(mode["arena_cache_size"]),
+    }
+
+
+def our_machine(target: str) -> dict[str, float]:
+    """The same figures for the tvm-npu target."""
+    from tvm_npu.config import DType, parse_target
+
+    hw = parse_target(target).hw
+    return {"clock_mhz": hw.clock_mhz, "macs_per_cycle": hw.peak_macs_per_cycle(DType.INT8),
+            "dram_bytes_per_cycle": hw.dram_bytes_per_cycle, "dram_burst_bytes": hw.dram_burst_bytes,
+            "dma_latency": hw.dma_latency, "sram_bytes": hw.max_sram_bytes}
+
+
+# ------------------------------------------------------------------- numerics
+def steps(got: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
+    """(share of elements identical, largest difference in quantization steps) of two 8-bit tensors."""
+    if got.shape != ref.shape:
+        raise ValueError(f"shapes differ: {got.shape} against {ref.shape}")
+    d = np.abs(got.astype(np.int64) - ref.astype(np.int64))
+    return float((d == 0).mean()), int(d.max(initial=0))
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], level: str) -> list[np.ndarray]:
+    """onnxruntime on the CPU at ``basic`` (ORT_ENABLE_BASIC) or ``default`` (ORT_ENABLE_ALL)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if level == "basic":
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def ort_kernels(model: onnx.ModelProto) -> dict[str, int]:
+    """The operators onnxruntime's default level runs ``model`` with (its optimized graph): which layers it
+    runs in integer kernels (QLinearConv, QLinearAdd, ...) and which in float (Conv, FusedConv)."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="vela_compare.") as tmp:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        opts.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        counts = Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)
+    return dict(counts.most_common())
+
+
+LEVELS = ("basic", "default")
+MOVES = {"Transpose", "Pad", "Squeeze", "Reshape", "DequantizeLinear", "QuantizeLinear", "Clip", "Relu"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A quantized layer: the nodes from 8-bit tensors (``inputs``) to one QuantizeLinear's ``output``."""
+
+    output: str
+    inputs: tuple[str, ...]
+    op: str  # its main operator (Conv, Add, MatMul, ...)
+
+
+def quantized_layers(model: onnx.ModelProto) -> list[Layer]:
+    """Every QuantizeLinear output of ``model`` with the 8-bit tensors (QuantizeLinear outputs or graph
+    inputs) its computation starts from, in graph order."""
+    inits = {t.name for t in model.graph.initializer}
+    graph_inputs = {i.name for i in model.graph.input} - inits
+    producer = {o: n for n in model.graph.node for o in n.output}
+    quantized = {n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    layers = []
+    for q in model.graph.node:
+        if q.op_type != "QuantizeLinear":
+            continue
+        inputs, ops, seen, stack = set(), [], set(), [q.input[0]]
+        while stack:
+            t = stack.pop()
+            if not t or t in inits or t in seen:
+                continue
+            seen.add(t)
+            if t in quantized or t in graph_inputs:
+                inputs.add(t)
+            elif t in producer:
+                ops.append(producer[t].op_type)
+                stack.extend(producer[t].input)
+        main = [o for o in ops if o not in MOVES]
+        if inputs:
+            layers.append(Layer(q.output[0], tuple(sorted(inputs)), main[0] if main else ops[0] if ops else "Q"))
+    return layers
+
+
+def with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """``model`` (static shapes, inferred) with ``names`` appended to its outputs."""
+    types = {v.name: v for v in (*model.graph.value_info, *model.graph.output, *model.graph.input)}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    have = {o.name for o in out.graph.output}
+    out.graph.output.extend(types[n] for n in names if n not in have)
+    return out
+
+
+def quant_params(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """(scale, zero point) initializer names of every 8-bit tensor: its QuantizeLinear's, or for a graph
+    input the DequantizeLinear's that reads it (through the data movement before it: MobileNetV2's input
+    is transposed to NCHW first)."""
+    params = {n.output[0]: (n.input[1], n.input[2]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in model.graph.node:
+        for t in n.input:
+            readers.setdefault(t, []).append(n)
+    for vi in model.graph.input:
+        frontier = [vi.name]
+        while frontier and vi.name not in params:
+            node = next((n for n in readers.get(frontier.pop(), []) if n.op_type in MOVES), None)
+            if node is not None and node.op_type == "DequantizeLinear":
+                params[vi.name] = (node.input[1], node.input[2])
+            elif node is not None:
+                frontier.append(node.output[0])
+    return params
+
+
+def deployed_form(layer_model: onnx.ModelProto, params: dict[str, tuple[str, str]],
+                  constants: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
+    """A layer between float tensors: float input -> QuantizeLinear -> the layer -> DequantizeLinear ->
+    float output, the form in which onnxruntime's default level runs it in its integer kernels
+    (QLinearConv, QLinearAdd, ...).
+
+    With int8 graph inputs and outputs, or with every 8-bit tensor a graph output, it keeps the float path
+    of ORT_ENABLE_BASIC (on x86 it rewrites int8 Q/DQ pairs inside the graph to uint8 before fusing). The
+    float input is the dequantized int8 tensor (quantized back exactly) and the output is quantized back
+    by :func:`requantize`.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(layer_model)
+    have = {t.name for t in out.graph.initializer}
+    needed = {q for vi in out.graph.input for q in params[vi.name]} | set(params[out.graph.output[0].name])
+    out.graph.initializer.extend(constants[q] for q in sorted(needed - have))
+    head, inputs = [], []
+    for vi in out.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        inputs.append(onnx.helper.make_tensor_value_info(f"{vi.name}:float", onnx.TensorProto.FLOAT, dims))
+        head.append(onnx.helper.make_node("QuantizeLinear", [f"{vi.name}:float", *params[vi.name]], [vi.name]))
+    result = out.graph.output[0].name
+    nodes = [*head, *out.graph.node,
+             onnx.helper.make_node("DequantizeLinear", [result, *params[result]], [f"{result}:float"])]
+    del out.graph.input[:], out.graph.node[:], out.graph.output[:]
+    out.graph.input.extend(inputs)
+    out.graph.node.extend(nodes)
+    out.graph.output.append(onnx.helper.make_tensor_value_info(f"{result}:float", onnx.TensorProto.FLOAT, None))
+    return out
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    return ((x.astype(np.float32) - zero_point.astype(np.float32)) * scale).astype(np.float32)
+
+
+def requantize(y: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The 8-bit tensor a dequantized one came from (exact: y is (q - zp) * scale in float32)."""
+    info = np.iinfo(dtype)
+    q = np.rint(y / scale) + zero_point.astype(np.float32)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def layer_check(model: onnx.ModelProto, input_name: str, x: np.ndarray, target: str) -> dict[str, Any]:
+    """Every quantized layer compiled alone and fed onnxruntime's input tensors for it (from its float path,
+    ORT_ENABLE_BASIC, over the whole network), against onnxruntime's output of that layer at both levels."""
+    import tvm_npu
+    from tvm_npu.bench import profile_model
+
+    layers = quantized_layers(model)
+    tensors = sorted({t for layer in layers for t in (layer.output, *layer.inputs)} - {input_name})
+    probe = with_outputs(model, tensors)
+    names = [o.name for o in probe.graph.output]
+    ref = dict(zip(names, ort_run(probe, {input_name: x}, "basic"), strict=True))
+    ref[input_name] = x
+    params = quant_params(model)
+    constants = {t.name: t for t in model.graph.initializer}
+    value = {name: onnx.numpy_helper.to_array(t) for name, t in constants.items()}
+    extractor = onnx.utils.Extractor(model)
+    rows = []
+    for n, layer in enumerate(layers):
+        sub = extractor.extract_model(list(layer.inputs), [layer.output])
+        feeds = [ref[t] for t in layer.inputs]
+        scale, zero_point = (value[q] for q in params[layer.output])
+        deployed = deployed_form(sub, params, constants)
+        floats = {f"{t}:float": dequantize(a, *(value[q] for q in params[t]))
+                  for t, a in zip(layer.inputs, feeds, strict=True)}
+        default = requantize(ort_run(deployed, floats, "default")[0], scale, zero_point, ref[layer.output].dtype)
+        ex, info = tvm_npu.build_with_info(sub, target)
+        got = profile_model(ex, feeds)[0][0]
+        row: dict[str, Any] = {"layer": layer.output, "op": layer.op, "host_ops": sum(info.host_ops.values()),
+                               "basic": steps(got, ref[layer.output]), "default": steps(got, default),
+                               "ort_default_vs_basic": steps(default, ref[layer.output])}
+        rows.append(row)
+        print(f"  layer {n + 1}/{len(layers)} {layer.op:18s} " + "  ".join(
+            f"{k} {row[k][0]:.4%} max {row[k][1]}" for k in (*LEVELS, "ort_default_vs_basic")), flush=True)
+    summary = {}
+    for key in (*LEVELS, "ort_default_vs_basic"):
+        worst = min(rows, key=lambda r: r[key][0])
+        summary[key] = {"min_identical": worst[key][0], "min_identical_layer": worst["layer"],
+                        "max_steps": max(r[key][1] for r in rows),
+                        "layers_meeting": sum(r[key][0] >= IDENTICAL and r[key][1] <= MAX_STEPS for r in rows)}
+    hosted = [r["op"] for r in rows if r["host_ops"]]
+    return {"layers": len(rows), "summary": summary, "layers_with_host_ops": hosted, "rows": rows}
+
+
+def logits_of(model: onnx.ModelProto) -> str | None:
+    """The 8-bit tensor the classifier's Softmax dequantizes, if there is one."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for n in model.graph.node:
+        if n.op_type == "Softmax" and n.input[0] in producer and producer[n.input[0]].op_type == "DequantizeLinear":
+            return producer[n.input[0]].input[0]
+    return None
+
+
+def end_to_end_check(model: onnx.ModelProto, input_name: str, x: np.ndarray, target: str) -> dict[str, Any]:
+    """The whole network (and its logits, as an extra output) on the NPU against onnxruntime's levels."""
+    import tvm_npu
+    from tvm_npu.bench import profile_model
+
+    logits = logits_of(model)
+    probe = with_outputs(model, [logits] if logits else [])
+    names = ["output", "logits"][:len(probe.graph.output)]
+    ref = {level: ort_run(probe, {input_name: x}, level) for level in LEVELS}
+    got = profile_model(tvm_npu.build(probe, target), [x])[0]
+    out: dict[str, Any] = {}
+    for k, name in enumerate(names):
+        out[name] = {f"npu_vs_{level}": steps(got[k], ref[level][k]) for level in LEVELS}
+        out[name]["ort_default_vs_basic"] = steps(ref["default"][k], ref["basic"][k])
+    return out
+
+
+# ------------------------------------------------------------------- our side
+def match_layers(ours: Sequence[Any], vela: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Our layers with MACs (by index) paired with Vela's: the first unused Vela layer of equal MAC count,
+    in order (both follow the graph; repeated blocks pair in turn)."""
+    free = [v for v in vela if v["macs"]]
+    pairs = {}
+    for i, x in enumerate(ours):
+        if not x.macs:
+            continue
+        hit = next((v for v in free if v["macs"] == x.macs), None)
+        if hit is not None:
+            free.remove(hit)
+            pairs[i] = hit
+    return pairs
+
+
+def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One network: Vela, tvm-npu, numerics."""
+    from tvm_npu.bench import build_model, model_report, profile_model
+    from tvm_npu.onnx_import import bind_input_shapes
+
+    tflite, onnx_path = models(name, args.work_dir)
+    vela, vela_layers = run_vela(tflite, args.vela_config, args.work_dir / f"vela_{name}")
+    model = onnx.load(onnx_path)
+    input_name = model.graph.input[0].name
+    executable, info, build_s = build_model(model, args.target, progress=False, shapes={input_name: IMAGE})
+    x = np.random.default_rng(SEED).integers(-128, 128, IMAGE, dtype=np.int8)
+    _, prof, sim_s = profile_model(executable, [x], trace=True, timing_only=True)
+    rep = model_report(prof, info)
+    macs = int(vela["nn_macs"])
+    peak = our_machine(args.target)["macs_per_cycle"]
+    vela_cycles = int(vela["cycles_total"])
+    pairs = match_layers(rep.layers, vela_layers)
+    layers = [{"label": x.label or x.name, "op": x.op, "description": x.description, "macs": x.macs,
+               "cycles": x.cycles, "bound_cycles": x.bound_cycles, "efficiency": x.efficiency, "bound_by": x.bound_by,
+               "excess_cycles": x.cycles - x.bound_cycles,
+               "vela_layer": pairs[i]["name"] if i in pairs else None,
+               "vela_cycles": pairs[i]["cycles"] if i in pairs else None} for i, x in enumerate(rep.layers)]
+    row: dict[str, Any] = {
+        "network": name, "keras": NETWORKS[name].keras, "target": args.target, "macs": macs,
+        "our_macs": info.npu_macs + info.host_macs, "vela_cycles": vela_cycles,
+        "vela_efficiency": macs / peak / vela_cycles, "issue_vela_cycles": NETWORKS[name].issue_vela_cycles,
+        "cycles": rep.cycles, "efficiency": macs / peak / rep.cycles, "ratio": rep.cycles / vela_cycles,
+        "goal_cycles": GOAL * vela_cycles, "goal_met": rep.cycles <= GOAL * vela_cycles,
+        "layer_bound_cycles": rep.bound_cycles, "model_bound_cycles": rep.model_bound_cycles,
+        "dram_bytes": rep.dram_bytes, "vela_dram_bytes": int(vela["dram_total_bytes"]),
+        "host_ops": dict(info.host_ops), "build_s": build_s, "simulator_s": sim_s,
+        "machine": {"tvm-npu": our_machine(args.target), "vela": peer_machine(args.vela_config, vela)},
+        "vela_layers_matched": len(pairs), "layers_with_macs": sum(1 for x in rep.layers if x.macs),
+        "layers": layers,
+    }
+    print(f"{name}: tvm-npu {rep.cycles:,} cycles, Vela {vela_cycles:,}: {row['ratio']:.3f}x "
+          f"(goal <= {GOAL}x: {'met' if row['goal_met'] else 'MISSED'})", flush=True)
+    if args.numerics:
+        static = bind_input_shapes(model, {input_name: IMAGE})
+        static = onnx.shape_inference.infer_shapes(static)
+        row["end_to_end"] = end_to_end_check(static, input_name, x, args.target)
+        row["ort_default_kernels"] = ort_kernels(static)
+        if args.layers:
+            row["per_layer"] = layer_check(static, input_name, x, args.target)
+    return row
+
+
+# ------------------------------------------------------------------- output
+def share_text(share: float) -> str:
+    """A share of identical elements in percent; never rounded up to 100% when one element differs."""
+    text = f"{share:.3%}"
+    return ">99.999%" if share < 1 and text == "100.000%" else text
+
+
+def pct(share_steps: Sequence[float]) -> str:
+    return f"{share_text(share_steps[0])} (max {share_steps[1]})"
+
+
+def layer_kind(layer: dict[str, Any]) -> str:
+    """``conv3x3 depthwise``, ``conv1x1``, ``matmul``, ...: the report's operator with a conv's kernel."""
+    if layer["op"] != "conv2d":
+        return layer["op"]
+    kernel = layer["description"].split("/", 1)[0]
+    return f"{kernel} depthwise" if re.search(r" g\d+ ", layer["description"]) else kernel
+
+
+def int8_dot_product() -> str:
+    """How this CPU multiplies 8-bit integers in onnxruntime's x86 kernels: ``vnni`` (exact int32 sums) or
+    ``avx2`` (VPMADDUBSW: u8 x s8 products summed in pairs that saturate at int16)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    if {"avx512_vnni", "avx_vnni"} & set(flags):
+        return "vnni"
+    return "avx2" if "avx2" in flags else "unknown"
+
+
+def markdown(rows: Sequence[dict[str, Any]], cpu_int8: str = "unknown") -> str:
+    """The issue's table with our column filled in, the machines, numerics, and what holds the goal back."""
+    out = ["Vela's figures come from its analytical performance estimator for the Ethos-U65 (ethos-u65-256), "
+           "ours from a cycle-level simulator of this NPU: the comparison is of two compilers' schedules on "
+           "machines of equal MAC peak and DRAM bandwidth, each judged by its own model.", "",
+           "| network | MACs | Vela cycles | Vela efficiency (MACs / 256 / cycles) | tvm-npu cycles | tvm-npu "
+           "efficiency | tvm-npu / Vela | goal (<= 0.8x Vela) |",
+           "|---|--:|--:|--:|--:|--:|--:|---|"]
+    for r in rows:
+        out.append(f"| {r['keras']} | {r['macs'] / 1e9:.3g} G | {r['vela_cycles']:,} | {r['vela_efficiency']:.3f} | "
+                   f"{r['cycles']:,} | {r['efficiency']:.3f} | {r['ratio']:.3f}x | <= {r['goal_cycles'] / 1e6:.2f} M: "
+                   f"{'met' if r['goal_met'] else 'MISSED'} |")
+    quoted = [f"{r['keras']} {r['issue_vela_cycles']:,}" for r in rows if r["issue_vela_cycles"] != r["vela_cycles"]]
+    if quoted:
+        out += ["", f"(Vela's cycles as issue 15 quoted them: {', '.join(quoted)}.)"]
+    hosts = [f"{r['keras']}: {', '.join(f'{k} x{v}' for k, v in r['host_ops'].items())}" for r in rows if r["host_ops"]]
+    if hosts:
+        out += ["", f"Host operators in our build: {'; '.join(hosts)}."]
+    if rows:
+        ours, peer = rows[0]["machine"]["tvm-npu"], rows[0]["machine"]["vela"]
+        out += ["", "The two machines (tvm-npu's target against Vela's ini and summary):", "",
+                "| | tvm-npu | Vela |", "|---|--:|--:|"]
+        out += [f"| {k} | {ours[k]:,.0f} | {peer[k]:,.0f} |" for k in ours]
+        differ = [k for k in ours if ours[k] != peer[k]]
+        out += ["", f"The machines DIFFER in {', '.join(differ)}: the comparison is not at equal peak and bandwidth."
+                if differ else "Equal in every figure above."]
+        notes: list[str] = []
+        out += ["", "Numerics (random int8 input, seed 0): % of elements identical to onnxruntime (max difference in "
+                "steps); onnxruntime's default level (ORT_ENABLE_ALL) against its ORT_ENABLE_BASIC is the yardstick. "
+                "Per layer: each quantized layer compiled alone, fed onnxruntime's input for it; the worst layer.", "",
+                "| network | tensor | NPU vs ORT basic | NPU vs ORT default | ORT default vs basic |",
+                "|---|---|--:|--:|--:|"]
+        for r in rows:
+            for name, e in r.get("end_to_end", {}).items():
+                out.append(f"| {r['keras']} | {name} | {pct(e['npu_vs_basic'])} | {pct(e['npu_vs_default'])} | "
+                           f"{pct(e['ort_default_vs_basic'])} |")
+            if "per_layer" in r:
+                s = r["per_layer"]["summary"]
+                n = r["per_layer"]["layers"]
+                cells = [f"{share_text(s[k]['min_identical'])} (max {s[k]['max_steps']}); "
+                         f"{s[k]['layers_meeting']}/{n} meet" for k in (*LEVELS, "ort_default_vs_basic")]
+                out.append(f"| {r['keras']} | per layer ({n}) | {' | '.join(cells)} |")
+                own = [x for x in r["per_layer"]["rows"]
+                       if x["ort_default_vs_basic"][0] < IDENTICAL or x["ort_default_vs_basic"][1] > MAX_STEPS]
+                if own:
+                    worst = max(x["ort_default_vs_basic"][1] for x in own)
+                    cause = ("on this CPU (AVX2, no VNNI) its u8 x s8 kernels sum products in pairs that saturate "
+                             "at int16 (VPMADDUBSW), which full-range int8 weights (TFLite's reach +-127) can "
+                             "overflow; with 7-bit weights the two agree (tests/test_vela_compare.py)"
+                             if cpu_int8 == "avx2" else f"CPU int8 dot product: {cpu_int8}")
+                    kernels = r.get("ort_default_kernels", {})
+                    convs = ", ".join(f"{kernels[k]} {k}" for k in ("QLinearConv", "Conv", "FusedConv") if k in kernels)
+                    notes.append(f"{r['keras']}: onnxruntime's integer kernels depart from its own float path on "
+                                 f"{len(own)} of {n} layers (up to {worst} steps; {cause}). In the whole network "
+                                 f"its default level runs the convolutions as {convs or 'unknown'}: some in these "
+                                 f"kernels, the rest in float. The NPU is judged by its agreement with the float "
+                                 f"path.")
+                hosted = r["per_layer"].get("layers_with_host_ops")
+                if hosted:
+                    notes.append(f"{r['keras']}: {len(hosted)} layer(s) compiled alone keep host operators "
+                                 f"({', '.join(hosted)})")
+        out += ["", f"Standard per layer: >= {IDENTICAL:.1%} identical and <= {MAX_STEPS} step. Per layer, every "
+                "reference takes the same input (onnxruntime's float path's tensors); the default-level column runs "
+                "the layer between a QuantizeLinear and a DequantizeLinear, so onnxruntime uses its integer kernels "
+                "(QLinearConv, ...) where it has them. The Softmax output "
+                "is int8 probabilities (scale 1/256), mostly 0: the logits before it show the differences.",
+                *(line for note in notes for line in ("", note))]
+    for r in rows:
+        top = sorted(r["layers"], key=lambda x: -x["excess_cycles"])[:TOP_LAYERS]
+        over = r["cycles"] - r["goal_cycles"]
+        verdict = (f"MISSED by {over:,.0f} cycles: the layers that hold it back" if over > 0 else
+                   f"goal met with {-over:,.0f} cycles to spare")
+        out += ["", f"{r['keras']}: {verdict}. The sum of our layers' roofline bounds is "
+                f"{r['layer_bound_cycles']:,.0f} ({r['layer_bound_cycles'] / r['vela_cycles']:.3f}x Vela's cycles); "
+                f"the layers furthest above their bound, with Vela's cycles for the same layer (matched by order and "
+                f"MAC count: {r['vela_layers_matched']}/{r['layers_with_macs']}):", "",
+                "| layer | operator | MACs | cycles | bound | efficiency | bound by | cycles - bound | Vela cycles |",
+                "|---|---|--:|--:|--:|--:|---|--:|--:|"]
+        for x in top:
+            vela = f"{x['vela_cycles']:,}" if x["vela_cycles"] is not None else "-"
+            out.append(f"| {x['label']} | {x['description']} | {x['macs'] / 1e6:.1f} M | {x['cycles']:,} | "
+                       f"{x['bound_cycles']:,.0f} | {x['efficiency']:.2f} | {x['bound_by']} | "
+                       f"{x['excess_cycles']:,.0f} | {vela} |")
+        by_kind: dict[str, list[float]] = {}
+        for x in r["layers"]:
+            agg = by_kind.setdefault(layer_kind(x), [0, 0, 0, 0, 0, 0])  # cycles, bound; matched: ours, Vela's,
+            agg[0] += x["cycles"]                                          # layers, layers slower than Vela's
+            agg[1] += x["bound_cycles"]
+            if x["vela_cycles"] is not None:
+                agg[2] += x["cycles"]
+                agg[3] += x["vela_cycles"]
+                agg[4] += 1
+                agg[5] += x["cycles"] > x["vela_cycles"]
+        out += ["", "| operator | cycles | bound | efficiency | cycles / Vela (matched layers) | layers slower than "
+                "Vela's |", "|---|--:|--:|--:|--:|--:|"]
+        for kind, (cyc, bound, mc, mv, n, slower) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+            ratio, count = (f"{mc / mv:.2f}x", f"{slower:.0f} / {n:.0f}") if mv else ("-", "-")
+            out.append(f"| {kind} | {cyc:,} | {bound:,.0f} | {bound / cyc if cyc else 0:.2f} | {ratio} | {count} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help=f"comma-separated networks (default: all; known: {', '.join(NETWORKS)})")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "tvm-npu-vela_compare",
+                        help="where the .tflite/.onnx models and Vela's output are cached")
+    parser.add_argument("--vela-config", type=Path, default=DEFAULT_VELA_CONFIG,
+                        help=f"Vela's ini with the {VELA_CONFIG_NAME} system config and memory mode "
+                        f"(default: {DEFAULT_VELA_CONFIG})")
+    parser.add_argument("--target", default="npu", help="the tvm-npu target (default: npu)")
+    parser.add_argument("--no-numerics", dest="numerics", action="store_false",
+                        help="skip the comparisons with onnxruntime")
+    parser.add_argument("--no-layers", dest="layers", action="store_false",
+                        help="skip the per-layer numerics (one build per quantized layer)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results)")
+    args = parser.parse_args(argv)
+    names = args.models.split(",") if args.models else list(NETWORKS)
+    unknown = [n for n in names if n not in NETWORKS]
+    if unknown:
+        parser.error(f"unknown network(s) {', '.join(unknown)}; known: {', '.join(NETWORKS)}")
+    if not args.vela_config.is_file():
+        parser.error(f"--vela-config {args.vela_config}: no such file; give the path of vela_tvmnpu.ini")
+    absent = missing("ethosu", "onnxruntime")
+    if absent:
+        parser.error(f"{', '.join(absent)} not installed: pip install -e \".[vela]\" (best in a venv of its own)")
+    if not args.out.is_dir():
+        parser.error(f"--out {args.out}: no such directory")
+    args.vela_config = args.vela_config.resolve()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    # TVM's ONNX frontend renames every tf2onnx tensor name with a '.' in it, once per name: noise here
+    warnings.filterwarnings("ignore", message="Renaming name")
+    start = time.perf_counter()
+    rows = [measure(n, args) for n in names]
+    path = args.out / "vela_compare.json"
+    if args.models and path.is_file():  # a partial run replaces its networks' entries
+        previous = {r["network"]: r for r in json.loads(path.read_text())["rows"]}
+        previous.update({r["network"]: r for r in rows})
+        rows = [previous[n] for n in NETWORKS if n in previous]
+    from tvm_npu.bench import environment
+
+    versions: dict[str, str | None] = {}
+    for pkg in ("tensorflow-cpu", "tf2onnx", "ethos-u-vela", "onnx", "onnxruntime"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:  # recorded as missing: the run did not need it (models cached)
+            versions[pkg] = None
+    path.write_text(json.dumps({"environment": {**environment(), **versions, "cpu_int8": int8_dot_product()},
+                                "goal": GOAL,
+                                "vela_config": str(args.vela_config), "last_run_seconds": time.perf_counter() - start,
+                                "rows": rows}, indent=1) + "\n")
+    text = markdown(rows, int8_dot_product())
+    (args.out / "vela_compare.md").write_text(text)
+    print(text)
+    print(f"wrote {path} and {args.out / 'vela_compare.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
