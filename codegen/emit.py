@@ -150,13 +150,15 @@ class OperatorEmitter:
     # ------------------------------------------------------------------ SRAM
     def _allocate(self, buffers: dict[str, SramBuffer], aliases: dict[str, str]) -> None:
         """Give every SRAM buffer an address; a buffer shares its alias target's storage when
-        both have the same shape and type (elementwise steps run in place)."""
+        both have the same shape and element size (elementwise steps run in place, a float32 -> int32
+        cast too: as the footprints' :func:`~tvm_npu.tir_schedules.cost.chain` counts them)."""
 
         def place(name: str) -> int:
             if name in self.addr:
                 return self.addr[name]
             buf, target = buffers[name], aliases.get(name)
-            if target in buffers and buffers[target].shape == buf.shape and buffers[target].dtype == buf.dtype:
+            if target in buffers and buffers[target].shape == buf.shape and \
+                    np.dtype(buffers[target].dtype).itemsize == np.dtype(buf.dtype).itemsize:
                 self.addr[name] = place(target)
             else:
                 self.addr[name] = self.asm.alloc(math.prod(buf.shape) * np.dtype(buf.dtype).itemsize, name)

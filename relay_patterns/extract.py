@@ -497,11 +497,19 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             step, data = _qadd_step(call, region)
             steps.append(step)
             return None, data, steps[::-1]
-        if op == "relax.quantize":
-            step, inner = _requant_step(call, region)
+        if op == "relax.quantize" and (requant := _requant_step(call, region)) is not None:
+            step, call = requant
             steps.append(step)
+        elif op == "relax.quantize":
+            steps += _float_quantize_steps(call)
+            inner = region.call(call.args[0])
+            if inner is None:
+                return None, call.args[0], steps[::-1]
             call = inner
         elif op == "relax.astype":
+            if not _dtype(call.attrs.dtype).is_float:
+                raise ValueError(f"astype to {call.attrs.dtype} truncates; the NPU's cast rounds (accepted: to a "
+                                 "float type)")
             steps.append(_Step(EpiKind.CAST, dtype=_dtype(call.attrs.dtype)))
             inner = region.call(call.args[0])
             if inner is None:
@@ -570,28 +578,48 @@ def _hard_activation(call: relax.Call, region: _Region) -> tuple[_Step, relax.Ex
     return None if hard is None else (_Step(EpiKind.HSIGMOID, floats=hard[:2]), hard[2])
 
 
-def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]:
-    """``quantize(astype(acc, float32) * m, scale=1, zero_point)`` (the requantisation form of
-    :mod:`.quantized`) -> the REQUANT step and the call computing ``acc``."""
+def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call] | None:
+    """``quantize(astype(acc, float32) * m, scale=1, zero_point)`` with ``acc`` an integer computed in the
+    region (the requantisation form of :mod:`.quantized`) -> the REQUANT step and the call computing
+    ``acc``; None for any other quantize."""
     dtype, zero_point = _unit_quantize(call)
     mul = region.call(call.args[0])
     if mul is None or mul.op.name != "relax.multiply" or not isinstance(mul.args[1], GenericConst):
-        raise ValueError("quantize of anything but astype(acc) * multipliers is not a requantisation")
+        return None
     cast = region.call(mul.args[0])
     if cast is None or cast.op.name != "relax.astype" or str(cast.attrs.dtype) != "float32":
-        raise ValueError("a requantisation must convert the accumulator to float32")
+        return None
     inner = region.call(cast.args[0])
-    if inner is None:
-        raise ValueError("a requantisation needs the accumulator computed in the region")
+    if inner is None or tensor_type(cast.args[0])[1] != DType.INT32:
+        return None
     lo, hi = quant.qrange(dtype)
     return _Step(EpiKind.REQUANT, mul.args[1], ints=(zero_point, lo, hi), dtype=dtype), inner
+
+
+def _float_quantize_steps(call: relax.Call) -> list[_Step]:
+    """``quantize(y, scale=1, zero_point)`` of a float32 ``y`` (a quantize whose scale :mod:`.quantized`
+    folded into a multiply) -> ``clip(round_half_even(y) + zero_point)`` as two steps: a cast to int32
+    (rounds half to even, saturates) and a requantisation by 1 (adds the zero point exactly, clamps),
+    which is what llvm computes for the same quantize; in the walker's (reversed) order."""
+    dtype, zero_point = _unit_quantize(call)
+    if tensor_type(call.args[0])[1] != DType.FP32:
+        raise ValueError(f"quantize of {call.args[0].ty.dtype}; accepted: float32")
+    lo, hi = quant.qrange(dtype)
+    unit = relax.const(np.float32(1.0))
+    return [_Step(EpiKind.REQUANT, unit, ints=(zero_point, lo, hi), dtype=dtype),
+            _Step(EpiKind.CAST, dtype=DType.INT32)]
 
 
 def _unit_quantize(call: relax.Call) -> tuple[DType, int]:
     """(type, zero point) of ``quantize(x, scale=1, zero_point)``, the last op of the integer forms."""
     _, scale, zero_point = call.args
-    if not isinstance(scale, GenericConst) or const_array(scale).size != 1 or float(const_array(scale)) != 1.0:
-        raise ValueError("quantize with a scale other than 1 is not a requantisation")
+    if not isinstance(scale, GenericConst) or const_array(scale).size != 1:
+        raise ValueError("quantize with a per-axis or non-constant scale; accepted: one constant scale of 1")
+    if float(const_array(scale).reshape(())) != 1.0:
+        raise ValueError(f"quantize by scale {np.float32(const_array(scale).reshape(()))!s}: the NPU multiplies, and "
+                         "y * (1 / scale) equals ONNX's y / scale for every y only when the scale is a power of two "
+                         "(the integer rewrite turns the quantize of a float32 y by such a scale into a multiply and "
+                         "a quantize by 1); accepted: scale 1")
     dtype = _dtype(call.ty.dtype)
     if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
         raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
@@ -684,7 +712,7 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
     """What the NPU computes in: float32 or float16 (with a float32 accumulator for conv2d /
     matmul, cast to float16 by the epilogue); 8-bit conv2d / matmul (int8 or uint8 activations,
     int8 weights) with an int32 accumulator, requantised to 8 bits or not; 8-bit max pooling;
-    8-bit rescaled adds.
+    8-bit rescaled adds; 8-bit data cast to float32 (a dequantization).
     ``acc`` is the main operator's result type (the epilogue may change it)."""
     if isinstance(spec, Conv2dSpec | MatmulSpec):
         data, weight = (spec.data, spec.weight) if isinstance(spec, Conv2dSpec) else (spec.a, spec.b)
@@ -702,8 +730,8 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
         if acc != spec.data.dtype:
             raise ValueError("max pooling must keep its input type")
     elif isinstance(spec, ElementwiseSpec) and spec.data.dtype.is_quantized and spec.epilogue \
-            and spec.epilogue[0].kind == EpiKind.QADD:
-        pass  # an 8-bit residual add (check_dtype below checks its operand)
+            and spec.epilogue[0].kind in (EpiKind.QADD, EpiKind.CAST):
+        pass  # an 8-bit residual add, or a dequantization (check_dtype below checks its operand / types)
     elif not spec.data.dtype.is_float or acc != spec.data.dtype:
         raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32, float16 "
                          "(and int8/uint8 for max pooling)")

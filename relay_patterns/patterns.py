@@ -52,6 +52,17 @@ ROWWISE: dict[str, DFPattern] = {
     "layer_norm": is_op("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard()),
 }
 
+#: The float forms :mod:`.quantized` gives a dequantize / quantize it leaves around a float operator:
+#: ``(astype(x) - z) * s`` (cast, subtract, multiply) and ``quantize([y * (1 / s)], 1, z)`` (multiply, a
+#: cast to int32 and a requantisation by 1); a quantize by another scale is refused with the reason.
+LONE_QDQ: dict[str, DFPattern] = {
+    "dequantize": is_op("relax.multiply")(is_op("relax.subtract")(is_op("relax.astype")(wildcard()), is_const()),
+                                          is_const()),
+    "quantize_scaled": is_op("relax.quantize")(is_op("relax.multiply")(wildcard(), is_const()), is_const(),
+                                               is_const()),
+    "quantize": is_op("relax.quantize")(wildcard(), is_const(), is_const()),
+}
+
 CheckFn = Callable[[PatternCheckContext], bool]
 PatternEntry = tuple[str, DFPattern, dict[str, DFPattern], CheckFn]
 
@@ -256,6 +267,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
     for name, op in ROWWISE.items():
         add(f"{PREFIX}.{name}", op)
+    for name, pattern in LONE_QDQ.items():  # before the binary ops, which would claim their parts
+        add(f"{PREFIX}.{name}", pattern)
     for name in COMPOSITE_ACTIVATIONS:  # before the binary ops, which would claim their parts
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     for name, op in BINARY.items():

@@ -36,9 +36,23 @@ quantized region into the integer form the NPU runs and llvm computes alike:
   ``float32(s_i) / float32(s_y)`` and the two differ by one step at the values whose
   quotient lies within float32 error of a half.
 
+A ``dequantize`` / ``quantize`` left over (around an operator with no integer form, such as the
+softmax of a converter-made classifier head, ``... -> Q -> DQ -> Softmax -> Q``) becomes float32
+arithmetic the NPU runs in the same partition (:class:`_LoneQdq`):
+
+* ``dequantize(x, s, z)`` of an 8-bit tensor with one scale and zero point becomes
+  ``(astype(x, float32) - z) * s``: exactly onnxruntime's DequantizeLinear (``float32(x - z) * s``;
+  the subtraction of two small integers is exact in float32), and exactly TVM's legalisation.
+* ``quantize(y, s, z)`` of a float32 ``y`` with a power-of-two ``s`` becomes
+  ``quantize(y * (1 / s), 1, z)``: ``1 / s`` is exact, so the product is the correctly rounded
+  ``y / s`` onnxruntime's QuantizeLinear divides to (TFLite's softmax output scale is 1/256). The
+  NPU has no divide, and for any other ``s`` the product differs from the quotient in the last
+  bit for some ``y``, which can move a rounding tie: such a quantize stays on the host (``tvm-npu
+  inspect`` gives the reason).
+
 Anything else stays as it was: fp32 between ``dequantize`` and ``quantize`` (the float
-operator is offloaded like any fp32 operator; the quantize / dequantize run on the
-host). A conv2d, matmul or concat whose quantization this pass cannot express (per-axis
+operator is offloaded like any fp32 operator; a quantize / dequantize the rules above do not
+cover runs on the host). A conv2d, matmul or concat whose quantization this pass cannot express (per-axis
 activation scales, weight zero points that do not fit int8, a bias quantized with
 another scale, 16-bit types) stays so too, with a :class:`HostFallbackWarning` naming it
 and the reason. TVM has no pass for this (its ONNX frontend stops at Q/DQ), hence this one.
@@ -472,7 +486,48 @@ def _inside_counts(shape: list[int], layout: str, window: tuple, strides: tuple,
     return counts.reshape([counts.shape[0] if a == "H" else counts.shape[1] if a == "W" else 1 for a in layout])
 
 
+@relax.expr_functor.mutator
+class _LoneQdq(relax.PyExprMutator):
+    """The ``dequantize`` / ``quantize`` calls :class:`_QdqToInteger` left as float32 arithmetic (the module
+    docstring); run on what is still used after it."""
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        try:
+            if _op(call) == _DQ:
+                return self._dequantize(call)
+            if _op(call) == _Q:
+                return self._quantize(call)
+        except _Skip:
+            pass  # a per-axis or non-constant parameter, another type: left to the host
+        return call
+
+    def _dequantize(self, dq: relax.Call) -> relax.Expr:
+        x = dq.args[0]
+        dt = _dtype(x)
+        if isinstance(x, GenericConst) or dt is None or not dt.is_quantized or str(dq.ty.dtype) != "float32":
+            return dq  # a constant (a weight left in float), 16-bit types, a float16 result: unchanged
+        s, z = np.float32(_scalar(dq.args[1], "scale")), np.float32(_scalar(dq.args[2], "zero point"))
+        shifted = self.builder_.emit(relax.op.subtract(self.builder_.emit(relax.op.astype(x, "float32")),
+                                                       relax.const(z)))
+        return relax.op.multiply(shifted, relax.const(s))
+
+    def _quantize(self, q: relax.Call) -> relax.Expr:
+        out_dt = _dtype(q)
+        s = np.float32(_scalar(q.args[1], "scale"))
+        if out_dt is None or not out_dt.is_quantized or str(q.args[0].ty.dtype) != "float32" or s == 1:
+            return q
+        if not (np.isfinite(s) and s > 0 and np.frexp(s)[0] == 0.5 and np.float32(1) / (np.float32(1) / s) == s):
+            return q  # not a power of two (or 1 / s not a float32): the pattern table says why it stays
+        inverse = np.float32(1) / s
+        scaled = self.builder_.emit(relax.op.multiply(q.args[0], relax.const(inverse)))
+        return relax.op.quantize(scaled, relax.const(1.0, "float32"), q.args[2], axis=int(q.attrs.axis),
+                                 out_dtype=out_dt.np.name)
+
+
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.QdqToInteger")
 def qdq_to_integer(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
-    """Rewrite quantized conv2d / matmul / data-movement regions of a QDQ model into integer operators."""
-    return _QdqToInteger().visit_expr(func)
+    """Rewrite quantized conv2d / matmul / data-movement regions of a QDQ model into integer operators,
+    then the quantize / dequantize left over into float32 arithmetic where that is exact."""
+    integer = relax.analysis.remove_all_unused(_QdqToInteger().visit_expr(func))
+    return _LoneQdq().visit_expr(integer)

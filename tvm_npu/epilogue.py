@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from tvm import tirx
 from tvm.ir import Expr as PrimExpr
 
@@ -80,6 +81,17 @@ TE_ARITH: quant.Arith[PrimExpr] = quant.Arith(
 )
 
 
+def _cast(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    """VCAST: to an integer type rounds half to even and saturates (TIR's cast truncates and wraps)."""
+    dt = s.dtype.np.name
+    if s.dtype.is_float or not str(x.dtype).startswith("float"):
+        return x.astype(dt)
+    wide = tirx.nearbyint(x).astype("float64")  # the integer bounds are exact in float64
+    info = np.iinfo(s.dtype.np)
+    lo, hi = tirx.const(float(info.min), "float64"), tirx.const(float(info.max), "float64")
+    return tirx.min(tirx.max(wide, lo), hi).astype(dt)
+
+
 def _requant(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     zero_point, lo, hi = s.ints
     assert y is not None and s.dtype is not None
@@ -118,8 +130,9 @@ _RULES = (
             isa.Opcode.VPOW, float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
-    # matched as relax.astype between float types (relay_patterns.extract)
-    EpiRule(EpiKind.CAST, None, lambda x, _y, s: x.astype(s.dtype.np.name), isa.Opcode.VCAST),
+    # matched as relax.astype between float types, from 8 bits to float32 (a dequantization) and as the
+    # float32 -> int32 rounding of a float quantize (relay_patterns.extract)
+    EpiRule(EpiKind.CAST, None, _cast, isa.Opcode.VCAST),
     # matched as quantize((astype(a) * ra + offset) + astype(b) * rb) (relay_patterns.quantized); not
     # commutative: float32 additions in another order round differently
     EpiRule(EpiKind.QADD, None, _qadd, isa.Opcode.VQADD),
@@ -145,6 +158,11 @@ def step_cycles(hw: HardwareConfig, step: Epilogue, nelems: int) -> int:
     return timing.vector_cycles(hw, nelems, per_group)
 
 
+#: Casts other than between float types (:data:`RULES`' CAST row): a dequantization's first step, and the
+#: rounding of a float32 value to int32 before a requantisation by 1 (a quantize whose scale was folded).
+_CASTS = frozenset({(DType.INT8, DType.FP32), (DType.UINT8, DType.FP32), (DType.FP32, DType.INT32)})
+
+
 def check_dtype(step: Epilogue, out: DType) -> None:
     """Raise ``ValueError`` when ``step`` cannot run on a value of dtype ``out``."""
     if RULES[step.kind].float_only and not out.is_float:
@@ -159,10 +177,10 @@ def check_dtype(step: Epilogue, out: DType) -> None:
         if not out.is_quantized or step.operand is None or step.operand.dtype != out or step.dtype is None:
             raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.CAST:
-        if not out.is_float or step.dtype is None or not step.dtype.is_float:
+        if (out, step.dtype) not in _CASTS and not (out.is_float and step.dtype is not None and step.dtype.is_float):
             to = step.dtype.np.name if step.dtype is not None else "?"
             raise ValueError(f"a cast from {out.np.name} to {to} is not supported; accepted: between float32 and "
-                             "float16")
+                             "float16, int8/uint8 to float32, float32 to int32")
     elif step.operand is not None and step.operand.dtype != out:
         raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
 

@@ -150,6 +150,7 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
         "npu.softmax", "npu.layer_norm",  # the row-wise operators
+        "npu.dequantize", "npu.quantize_scaled", "npu.quantize",  # the float forms of a lone DQ / Q
         "npu.concat", *(f"npu.view_{v}" for v in ("reshape", "flatten", "squeeze", "expand_dims", "permute_dims",
                                                    "strided_slice", "take")),
     }
