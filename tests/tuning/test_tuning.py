@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -68,10 +69,23 @@ def test_a_candidate_is_measured_as_the_simulator_times_it() -> None:
     assert measure_artifact(path) == pytest.approx(npu.hw.cycles_to_seconds(cycles), rel=1e-12)
 
 
+def test_tune_contexts_are_made_without_tvms_tensor_intrinsics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TuneContext()`` imports every TVM tensor intrinsic (35-40 s per process), which this space never uses."""
+    from tvm.s_tir.meta_schedule import TuneContext
+
+    monkeypatch.delitem(sys.modules, tuning._TENSOR_INTRIN, raising=False)  # as in a fresh process
+    with tuning._without_tensor_intrinsics():
+        TuneContext(_workload(SPECS[3]), target=tuning.ms_target(parse_target("npu")), num_threads=1)
+        assert not hasattr(sys.modules[tuning._TENSOR_INTRIN], "__file__")  # its import met the stand-in
+    assert tuning._TENSOR_INTRIN not in sys.modules  # a later import loads the real module
+
+
 @pytest.fixture(scope="module")
 def work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     path = tmp_path_factory.mktemp("tune")
-    results = tvm_npu.tune(tiny_convnet(), "npu", path, trials=12, plans=False, workers=2, progress=False)
+    # one worker: every build batch starts its own worker processes (a tvm_npu import each, more than the
+    # batch's builds cost here); the records are the same with two (the search is seeded)
+    results = tvm_npu.tune(tiny_convnet(), "npu", path, trials=12, plans=False, workers=1, progress=False)
     return path, results
 
 
