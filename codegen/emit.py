@@ -485,11 +485,15 @@ class OperatorEmitter:
                 instr = isa.VecPow(shape, dst, dst_st, src, src_st, dtype, step.floats[0])
             elif step.kind == EpiKind.CAST:
                 instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
-            elif step.kind == EpiKind.QADD:
+            elif step.kind in (EpiKind.QADD, EpiKind.QADD_R):
                 _, x_st = pad3(inner, 2)
                 lo, hi = step.ints
-                instr = isa.VecQAdd(shape, dst, dst_st, src, src_st, self._sram_addr(other[1], x_off + offs[2]),
-                                    x_st, *step.floats, lo, hi, DType.from_str(s.dtype), dtype)
+                terms = [(src, src_st), (self._sram_addr(other[1], x_off + offs[2]), x_st)]
+                if step.kind == EpiKind.QADD_R:  # the operand is the instruction's first (offset) term
+                    terms.reverse()
+                (a, a_st), (b, b_st) = terms
+                instr = isa.VecQAdd(shape, dst, dst_st, a, a_st, b, b_st, *step.floats, lo, hi,
+                                    DType.from_str(s.dtype), dtype)
             elif step.kind == EpiKind.REQUANT:
                 _, x_st = pad3(inner, 2)
                 zero_point, lo, hi = step.ints

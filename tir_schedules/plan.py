@@ -35,6 +35,7 @@ from tvm_npu.epilogue import RULES
 from tvm_npu.ops import (
     Broadcast,
     ElementwiseSpec,
+    EpiKind,
     Epilogue,
     MatmulSpec,
     OpSpec,
@@ -232,6 +233,12 @@ def _consumers(ops: Sequence[_Op]) -> dict[str, int]:
     return count
 
 
+#: Binary steps that are not commutative but have a twin with the two tensors' roles exchanged: a
+#: residual add of 8-bit tensors (its block input read again by the next block) goes onto the producer
+#: of its other tensor.
+_EXCHANGED = {EpiKind.QADD: EpiKind.QADD_R, EpiKind.QADD_R: EpiKind.QADD}
+
+
 def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]:
     """Fold elementwise operators into their producer's epilogue (``-fusion>=1``)."""
     changed = True
@@ -244,35 +251,47 @@ def fuse(ops: list[_Op], outputs: Sequence[str], target: NpuTarget) -> list[_Op]
             if not isinstance(spec, ElementwiseSpec):
                 continue
             steps = list(spec.epilogue)
-            src = spec.data
+            tries = [(spec.data, steps)]
             first = steps[0] if steps else None
-            # a commutative step goes to the other operand's producer when the data's cannot take it (computed
-            # outside, or read again: a residual add's block input is read by the next block too)
-            if ((src.name not in producer or uses.get(src.name, 0) != 1 or src.name in outputs)
-                    and first is not None and RULES[first.kind].commutative
-                    and first.operand is not None and first.broadcast == Broadcast.FULL
-                    and first.operand.name in producer):
-                src, steps[0] = first.operand, replace(first, operand=src)
-            i = producer.get(src.name)
-            if i is None or uses.get(src.name, 0) != 1 or src.name in outputs or ops[i].spec.out.view is not None:
-                continue  # (a producer writing through a view fills a concat that others read)
-            prod = ops[i].spec
-            if prod.out.shape != spec.out.shape or prod.out.dtype != src.dtype:
-                continue  # the steps were checked from the consumer's input type: a cast or requantisation may follow
-            if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
-                continue  # a per-channel operand would line up with another axis
-            between = {storage(o.spec.out) for o in ops[i + 1 : j]} | {o.spec.out.name for o in ops[i + 1 : j]}
-            if any(s.operand is not None and {s.operand.name, storage(s.operand)} & between for s in steps):
-                continue  # an operand computed between producer and consumer: would be read too early
-            fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
-                            epilogue=prod.epilogue + tuple(_relayout(s, prod.out) for s in steps))
-            if not planner.fits(fused, target.hw, target.options):
-                continue
-            ops[i] = _Op(fused, ops[i].fused + op.fused)
-            del ops[j]
-            changed = True
-            break
+            # a binary step that commutes (or has an exchanged twin) may go to the other operand's producer
+            # instead, when the data's cannot take it (computed outside, read again -- a residual add's block
+            # input is read by the next block too --, or the other operand is computed after it)
+            if (first is not None and (RULES[first.kind].commutative or first.kind in _EXCHANGED)
+                    and first.operand is not None and first.broadcast == Broadcast.FULL):
+                swapped = replace(first, operand=spec.data, kind=_EXCHANGED.get(first.kind, first.kind))
+                tries.append((first.operand, [swapped, *steps[1:]]))
+            for src, chain in tries:
+                fused = _fused_into(ops, j, src, chain, uses, producer, outputs, target)
+                if fused is not None:
+                    i, spec_i = fused
+                    ops[i] = _Op(spec_i, ops[i].fused + op.fused)
+                    del ops[j]
+                    changed = True
+                    break
+            if changed:
+                break
     return ops
+
+
+def _fused_into(ops: list[_Op], j: int, src: TensorRef, steps: list[Epilogue], uses: Mapping[str, int],
+                producer: Mapping[str, int], outputs: Sequence[str], target: NpuTarget) -> tuple[int, OpSpec] | None:
+    """(index, fused spec) of ``src``'s producer with ``ops[j]``'s ``steps`` appended, where that is exact
+    and fits; None otherwise."""
+    spec = ops[j].spec
+    i = producer.get(src.name)
+    if i is None or uses.get(src.name, 0) != 1 or src.name in outputs or ops[i].spec.out.view is not None:
+        return None  # (a producer writing through a view fills a concat that others read)
+    prod = ops[i].spec
+    if prod.out.shape != spec.out.shape or prod.out.dtype != src.dtype:
+        return None  # the steps were checked from the consumer's input type: a cast or requantisation may follow
+    if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):
+        return None  # a per-channel operand would line up with another axis
+    between = {storage(o.spec.out) for o in ops[i + 1 : j]} | {o.spec.out.name for o in ops[i + 1 : j]}
+    if any(s.operand is not None and {s.operand.name, storage(s.operand)} & between for s in steps):
+        return None  # an operand computed between producer and consumer: would be read too early
+    fused = replace(prod, out=replace(spec.out, layout=prod.out.layout),
+                    epilogue=prod.epilogue + tuple(_relayout(s, prod.out) for s in steps))
+    return (i, fused) if planner.fits(fused, target.hw, target.options) else None
 
 
 def channel_axis(spec: OpSpec) -> int:

@@ -105,6 +105,18 @@ def _qadd(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     return quant.rescale_add(x, y, scale_a, scale_b, offset, lo, hi, s.dtype, TE_ARITH)
 
 
+def _qadd_r(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    """QADD with the operand ``y`` as the offset's term: ``x * scale_b + (offset + y * scale_a)``, the sum
+    written value-first (one float32 add commutes exactly) so that the stage reads the value before the
+    operand, as every binary step does (the schedules find the operand at read index 1)."""
+    scale_a, scale_b, offset = s.floats
+    lo, hi = s.ints
+    assert y is not None and s.dtype is not None
+    ar = TE_ARITH
+    total = ar.add(ar.mul(ar.to_f32(x), scale_b), ar.add_const(ar.mul(ar.to_f32(y), scale_a), offset))
+    return ar.cast(ar.clip(ar.round_even(total), float(lo), float(hi)), s.dtype)
+
+
 _RULES = (
     EpiRule(EpiKind.BIAS, None, lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
     EpiRule(EpiKind.ADD, "relax.add", lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
@@ -136,6 +148,7 @@ _RULES = (
     # matched as quantize((astype(a) * ra + offset) + astype(b) * rb) (relay_patterns.quantized); not
     # commutative: float32 additions in another order round differently
     EpiRule(EpiKind.QADD, None, _qadd, isa.Opcode.VQADD),
+    EpiRule(EpiKind.QADD_R, None, _qadd_r, isa.Opcode.VQADD),
 )
 
 #: The table, by kind.
@@ -173,7 +186,7 @@ def check_dtype(step: Epilogue, out: DType) -> None:
                              f"{step.dtype.np.name if step.dtype is not None else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
-    elif step.kind == EpiKind.QADD:
+    elif step.kind in (EpiKind.QADD, EpiKind.QADD_R):
         if not out.is_quantized or step.operand is None or step.operand.dtype != out or step.dtype is None:
             raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.CAST:

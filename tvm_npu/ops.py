@@ -37,6 +37,10 @@ class EpiKind(enum.Enum):
     REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
     CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
     QADD = "qadd"  # + an 8-bit tensor with its own scale, requantised: floats (scale_a, scale_b, offset), ints (lo, hi)
+    # QADD with the roles of the two tensors exchanged: the operand is the offset's term (scale_a), the value
+    # so far the other (scale_b). The plan's fusion makes one when it moves a residual add onto the producer
+    # of its second tensor; the float32 sums are then in the same order as QADD's (bit for bit the same).
+    QADD_R = "qadd_r"
 
     @property
     def binary(self) -> bool:
@@ -44,7 +48,7 @@ class EpiKind(enum.Enum):
 
 
 _BINARY = frozenset({EpiKind.BIAS, EpiKind.ADD, EpiKind.SUB, EpiKind.MUL, EpiKind.MAX, EpiKind.MIN,
-                     EpiKind.REQUANT, EpiKind.QADD})
+                     EpiKind.REQUANT, EpiKind.QADD, EpiKind.QADD_R})
 
 
 class Broadcast(enum.Enum):
