@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -43,6 +42,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_quantized_models import (  # tests/e2e is on sys.path (pytest's prepend import)
     Agreement,
+    QuantRun,
     agreement,
     assert_no_host_gemm,
     eight_bit_share,
@@ -52,7 +52,6 @@ from test_quantized_models import (  # tests/e2e is on sys.path (pytest's prepen
 )
 
 import tvm_npu
-from tvm_npu.artifact import LayerInfo
 from tvm_npu.ops import Conv2dSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
 from tvm_npu.plan import PartitionPlan
 
@@ -111,35 +110,23 @@ def reads_graph_input(spec: OpSpec, plan: PartitionPlan, shape: Sequence[int]) -
         (data.view is not None and data.view.base in graph_inputs)
 
 
-@dataclass(frozen=True)
-class Converted:
-    """A converter-form model built for the NPU and for llvm and run on the same int8 inputs."""
-
-    model: onnx.ModelProto
-    inputs: list[np.ndarray]
-    npu: np.ndarray
-    llvm: np.ndarray
-    layers: list[LayerInfo]  # of one inference
-    info: tvm_npu.BuildInfo
-
-
 def network(case: str, size: int = SIZE) -> Network:
     net, head = case.split("-")
     return NETWORKS[net](size, head)
 
 
 @functools.cache
-def converted(case: str) -> Converted:
+def converted(case: str) -> QuantRun:
     """Build and run each case once for all the tests that read it."""
     model = converter_model(network(case), SEED)
     inputs = int8_inputs(input_shape(model), SAMPLES)
     executable, info = tvm_npu.build_with_info(model, "npu")
     npu, layers = run_npu(executable, inputs)
-    return Converted(model, inputs, npu, run_vm(tvm_npu.build_reference(model), inputs), layers, info)
+    return QuantRun(model, inputs, npu, run_vm(tvm_npu.build_reference(model), inputs), layers, info)
 
 
 @pytest.fixture(scope="module", params=CASES)
-def case(request: pytest.FixtureRequest) -> tuple[str, Converted]:
+def case(request: pytest.FixtureRequest) -> tuple[str, QuantRun]:
     return request.param, converted(request.param)
 
 
@@ -165,7 +152,7 @@ def test_the_builder_writes_the_converter_form() -> None:
     assert relu_zero_points == {-128}  # TFLite's asymmetric ranges: a Relu's output starts at the bottom
 
 
-def test_npu_is_bit_exact_with_llvm(case: tuple[str, Converted]) -> None:
+def test_npu_is_bit_exact_with_llvm(case: tuple[str, QuantRun]) -> None:
     """The llvm reference runs the same integer rewrite: any difference is a compiler bug."""
     name, run = case
     assert run.npu.dtype == np.int8 and run.npu.shape == run.llvm.shape
@@ -175,7 +162,7 @@ def test_npu_is_bit_exact_with_llvm(case: tuple[str, Converted]) -> None:
 
 
 @pytest.mark.parametrize("basic", [True, False], ids=["ORT_ENABLE_BASIC", "default_level"])
-def test_npu_matches_onnxruntime(case: tuple[str, Converted], basic: bool) -> None:
+def test_npu_matches_onnxruntime(case: tuple[str, QuantRun], basic: bool) -> None:
     """Issue 15's bar against an independent implementation, at both of its levels."""
     name, run = case
     got, levels = compare_with_onnxruntime(run.npu, run.model, run.inputs, basic=basic)
@@ -186,7 +173,7 @@ def test_npu_matches_onnxruntime(case: tuple[str, Converted], basic: bool) -> No
 
 
 # ------------------------------------------------------------------------------------ placements
-def test_every_conv_and_matmul_runs_int8_on_the_npu(case: tuple[str, Converted]) -> None:
+def test_every_conv_and_matmul_runs_int8_on_the_npu(case: tuple[str, QuantRun]) -> None:
     """A layer left in float would still give the right numbers, 4x slower: only placements show it."""
     name, run = case
     specs = gemm_specs(run.info.plans)
@@ -198,7 +185,7 @@ def test_every_conv_and_matmul_runs_int8_on_the_npu(case: tuple[str, Converted])
     assert_no_host_gemm(run.info)
 
 
-def test_the_whole_model_is_one_npu_partition(case: tuple[str, Converted]) -> None:
+def test_the_whole_model_is_one_npu_partition(case: tuple[str, QuantRun]) -> None:
     """Tensors stay int8 on the NPU from the graph input to the output: no host Q / DQ / pad / permute,
     the softmax head included, no layout transform, one partition."""
     name, run = case
@@ -208,7 +195,7 @@ def test_the_whole_model_is_one_npu_partition(case: tuple[str, Converted]) -> No
         f"{name}: on the host {info.host_ops}, {info.layout_transforms} layout transforms, {info.partitions} partitions"
 
 
-def test_every_residual_add_runs_in_a_conv_epilogue(case: tuple[str, Converted]) -> None:
+def test_every_residual_add_runs_in_a_conv_epilogue(case: tuple[str, QuantRun]) -> None:
     """A residual ``Add(DQ(a), DQ(b)) -> Q`` is a QADD step of the conv computing one of its tensors: when
     the other tensor (the block input) is read again by the next block, the add goes onto the conv of the
     tensor it was written second with (QADD_R, the same float32 sums in the same order); no add runs as an
@@ -221,7 +208,7 @@ def test_every_residual_add_runs_in_a_conv_epilogue(case: tuple[str, Converted])
     assert any(e.kind == EpiKind.QADD_R for s in adds for e in s.epilogue), name
 
 
-def test_input_transpose_and_pads_fold_into_the_first_conv(case: tuple[str, Converted]) -> None:
+def test_input_transpose_and_pads_fold_into_the_first_conv(case: tuple[str, QuantRun]) -> None:
     """The first conv's DMA reads the NHWC int8 input itself (the Transpose is its strides), with the
     Pad / TF "SAME" padding as its own, filled with the input's zero point; ResNet's stem Pad becomes
     the MaxPool's padding."""

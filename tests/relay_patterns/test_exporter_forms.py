@@ -260,6 +260,17 @@ def test_nhwc_input_transpose_folds_into_the_first_conv() -> None:
     assert plan.ops[0].spec.data.layout == "NHWC" and plan.ops[0].spec.out.layout == "NCHW"
 
 
+def _npu_and_llvm(model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, tvm_npu.BuildInfo]:
+    """The NPU build's and the llvm build's outputs on ``x``, and the NPU build's info."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ex, info = tvm_npu.build_with_info(model)
+        ref_ex = tvm_npu.build_reference(model)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    ref = relax.VirtualMachine(ref_ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return got, ref, info
+
+
 @pytest.mark.parametrize("form", ["int8_pad_with_zero_point", "float_pad_between_dq_and_q"])
 def test_pad_of_a_quantized_tensor_folds_into_the_8bit_conv(form: str) -> None:
     """QDQ: a pad of the 8-bit tensor with its zero point (or of the dequantized value with 0, then
@@ -288,12 +299,7 @@ def test_pad_of_a_quantized_tensor_folds_into_the_8bit_conv(form: str) -> None:
     model = _model(nodes, inits)
     assert "Pad" not in [n.op_type for n in prepare(model).graph.node]
     x = (rng.standard_normal(SHAPE) * 2).astype(np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        ex, info = tvm_npu.build_with_info(model)
-        ref_ex = tvm_npu.build_reference(model)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ref = relax.VirtualMachine(ref_ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    got, ref, info = _npu_and_llvm(model, x)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(got, ref)  # the integer kernels, bit for bit
     np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], atol=sy * 1.01, rtol=0)  # at most one step
@@ -314,12 +320,7 @@ def _qdq_inits(zx: int = -1, zr: int = -128) -> list[onnx.TensorProto]:
 def _run_int8(model: onnx.ModelProto, shape: tuple[int, ...]) -> tvm_npu.BuildInfo:
     """Build an int8-in, int8-out model; NPU == llvm bit for bit, onnxruntime within one step."""
     x = rng.integers(-128, 128, shape).astype(np.int8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        ex, info = tvm_npu.build_with_info(model)
-        ref_ex = tvm_npu.build_reference(model)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ref = relax.VirtualMachine(ref_ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    got, ref, info = _npu_and_llvm(model, x)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, ref)
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
