@@ -59,7 +59,6 @@ def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     fold_shapes(out)
     fold_pads(out)
-    drop_requantize_pairs(out)
     clips_as_max_min(out)
     return out
 
@@ -385,54 +384,6 @@ def fold_pads(model: onnx.ModelProto) -> int:
         graph.value_info.extend(infos)
         _drop_unused_initializers(graph)
     return len(removed)
-
-
-def _qparams(node: onnx.NodeProto, values: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(scale, zero point) of a per-tensor Q / DQ whose parameters are constants, zero point explicit."""
-    if len(node.input) < 3 or node.input[1] not in values or node.input[2] not in values:
-        return None
-    scale, zp = values[node.input[1]], values[node.input[2]]
-    if scale.size != 1 or zp.size != 1 or _attrs(node).get("saturate", 1) != 1:
-        return None
-    return scale.reshape(()), zp.reshape(())
-
-
-def drop_requantize_pairs(model: onnx.ModelProto) -> int:
-    """Remove ``QuantizeLinear(DequantizeLinear(x, s, z), s, z)`` (same per-tensor scale and zero point,
-    so exactly ``x``), in place; returns how many. Folding a QDQ-wrapped Pad (:func:`fold_pads`) leaves
-    such a pair between the graph input and the first convolution; kept, it is a float round trip on the
-    host."""
-    graph = model.graph
-    values = _constants(graph)
-    producers = {o: n for n in graph.node for o in n.output}
-    outputs = {o.name for o in graph.output}
-    renamed: dict[str, str] = {}
-    dropped: list[onnx.NodeProto] = []
-    for node in graph.node:
-        if node.op_type != "QuantizeLinear" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
-            continue
-        source = producers.get(node.input[0])
-        if source is None or source.op_type != "DequantizeLinear" or source.domain not in ("", "ai.onnx"):
-            continue
-        q, dq = _qparams(node, values), _qparams(source, values)
-        if q is None or dq is None or q[1].dtype != dq[1].dtype or \
-                np.float32(q[0]) != np.float32(dq[0]) or int(q[1]) != int(dq[1]):
-            continue
-        renamed[node.output[0]] = renamed.get(source.input[0], source.input[0])
-        dropped.append(node)
-    if not dropped:
-        return 0
-    kept = [n for n in graph.node if not any(n is d for d in dropped)]
-    for n in kept:
-        for i, name in enumerate(n.input):
-            if name in renamed:
-                n.input[i] = renamed[name]
-    read = {name for n in kept for name in n.input} | outputs
-    kept = [n for n in kept if n.op_type != "DequantizeLinear" or any(o in read for o in n.output)]
-    del graph.node[:]
-    graph.node.extend(kept)
-    _drop_unused_initializers(graph)
-    return len(dropped)
 
 
 def clips_as_max_min(model: onnx.ModelProto) -> int:

@@ -337,7 +337,7 @@ def _int8_model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], shap
 def test_nhwc_pad_before_the_input_transpose_folds_into_the_first_conv() -> None:
     """tf2onnx ``--tflite`` (ResNet-50's stem): the int8 NHWC input dequantized, padded in NHWC with 0.0,
     quantized again, transposed to NCHW, then the 7x7 conv. The pad moves past the Q and the Transpose
-    (its pads permuted) into the conv; the Q(DQ(x)) pair left behind is dropped."""
+    (its pads permuted) into the conv; the Q(DQ(x)) pair left behind is ``x`` (the QDQ rewrite drops it)."""
     shape = (1, 12, 12, 8)
     inits = [*_qdq_inits(), _init("pads", np.array([0, 2, 1, 0, 0, 1, 2, 0], np.int64))]
     nodes = [oh.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
@@ -349,8 +349,7 @@ def test_nhwc_pad_before_the_input_transpose_folds_into_the_first_conv() -> None
              oh.make_node("Conv", ["td", "w"], ["c"], strides=[2, 2]),
              oh.make_node("QuantizeLinear", ["c", "sr", "zr"], ["y"])]
     model = _int8_model(nodes, inits, shape)
-    assert [n.op_type for n in prepare(model).graph.node] == [
-        "Transpose", "DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]
+    assert "Pad" not in [n.op_type for n in prepare(model).graph.node]
     info = _run_int8(model, shape)
     assert info.host_ops == {}
     (conv,) = [op.spec for plan in info.plans for op in plan.ops]  # no transpose of its own
@@ -380,7 +379,8 @@ def test_pad_of_a_quantized_relu_folds_into_the_maxpool(zr: int, folds: bool) ->
 
 @pytest.mark.parametrize("same", [True, False])
 def test_requantize_pair_with_the_same_parameters_is_dropped(same: bool) -> None:
-    """``Q(DQ(x, s, z), s, z)`` is ``x`` exactly; with another scale it is a requantisation and stays."""
+    """``Q(DQ(x, s, z), s, z)`` is ``x`` exactly: nothing runs for it; with another scale it is a
+    requantisation, an operator of its own."""
     shape = (1, 8, 6, 6)
     inits = _qdq_inits()
     nodes = [oh.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
@@ -389,10 +389,12 @@ def test_requantize_pair_with_the_same_parameters_is_dropped(same: bool) -> None
              oh.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
              oh.make_node("Conv", ["xd2", "w"], ["c"], pads=[1, 1, 1, 1]),
              oh.make_node("QuantizeLinear", ["c", "sr", "zr"], ["y"])]
-    model = _int8_model(nodes, inits, shape)
-    ops = [n.op_type for n in prepare(model).graph.node]
-    assert ops.count("QuantizeLinear") == (1 if same else 2)
-    _run_int8(model, shape)
+    info = _run_int8(_int8_model(nodes, inits, shape), shape)
+    ops = [op for plan in info.plans for op in plan.ops]
+    if same:
+        assert info.host_ops == {} and len(ops) == 1
+    else:  # (on the host: a quantize by 0.04 is not a multiply the NPU can do exactly)
+        assert info.host_ops == {"relax.quantize": 1} and len(ops) == 2
 
 
 def test_inverted_residual_block_is_one_partition_with_the_add_fused() -> None:
