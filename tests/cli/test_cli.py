@@ -2,7 +2,10 @@
 
 The model is ``tiny_convnet()`` saved to a temporary ``.onnx`` file (it builds in about a
 second). Every command is checked for what it writes, and every error for a single
-line on stderr, a non-zero exit status and no traceback.
+line on stderr, a non-zero exit status and no traceback. Help texts and errors call the
+same entry point (:func:`tvm_npu.cli.main`) in this process, which saves the ~3 s import of
+TVM per command; the console script and ``python -m tvm_npu`` themselves are run as
+subprocesses by a test each.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +25,7 @@ from tvm import relax
 
 import tvm_npu
 from tvm_npu.bench import to_numpy
+from tvm_npu.cli import main
 from tvm_npu.config import target_help
 from tvm_npu.models import backend_inputs
 
@@ -33,6 +38,21 @@ def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
     from shadowing the installed package (its stage folders are only subpackages once installed)."""
     return subprocess.run([sys.executable, "-P", "-m", "tvm_npu", *map(str, args)], capture_output=True, text=True,
                           timeout=600, cwd=cwd)
+
+
+def in_process(capfd: pytest.CaptureFixture[str], *args: str | Path) -> subprocess.CompletedProcess:
+    """``tvm-npu ARGS`` through :func:`tvm_npu.cli.main` in this process, as a finished process for :func:`ok` and
+    :func:`one_line_error`. ``capfd`` (not ``capsys``) also catches what TVM writes to the file descriptors
+    directly, as a subprocess's pipes would."""
+    argv = [str(a) for a in args]
+    capfd.readouterr()  # this command's output only
+    with warnings.catch_warnings():  # main installs its one-line warning printer: keep it to this command
+        try:
+            status = main(argv)
+        except SystemExit as e:  # argparse exits for --help (0) and usage errors (2)
+            status = e.code
+    out = capfd.readouterr()
+    return subprocess.CompletedProcess(["tvm-npu", *argv], status, out.out, out.err)
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:
@@ -76,8 +96,8 @@ def library(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ------------------------------------------------------------------------------------ help
 @pytest.mark.parametrize("command", COMMANDS)
-def test_help_explains_every_option(command: str) -> None:
-    text = ok(cli(command, "--help"))
+def test_help_explains_every_option(command: str, capfd: pytest.CaptureFixture[str]) -> None:
+    text = ok(in_process(capfd, command, "--help"))
     parser_options = {
         "compile": ["--target", "--randomize-weights", "--output", "--database", "--dump-dir", "--verbose"],
         "inspect": ["--target", "--randomize-weights", "--json", "--verbose"],
@@ -95,8 +115,8 @@ def test_help_explains_every_option(command: str) -> None:
             assert f"{meaning} (default {default})" in text and key in text, key
 
 
-def test_top_level_help_lists_the_commands() -> None:
-    text = ok(cli("--help"))
+def test_top_level_help_lists_the_commands(capfd: pytest.CaptureFixture[str]) -> None:
+    text = ok(in_process(capfd, "--help"))
     assert all(c in text for c in COMMANDS)
 
 
@@ -137,10 +157,10 @@ def test_run_matches_llvm(library: Path, inputs: dict[str, np.ndarray], expected
     assert len(stats_rows) == 1, stdout  # one --stats row per partition run
 
 
-def test_run_with_wrong_inputs_fails_cleanly(library: Path, tmp_path: Path) -> None:
+def test_run_with_wrong_inputs_fails_cleanly(library: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     npz = tmp_path / "bad.npz"
     np.savez(npz, nonsense=np.zeros(3, np.float32))
-    one_line_error(cli("run", library, "--inputs", npz), "input")
+    one_line_error(in_process(capfd, "run", library, "--inputs", npz), "input")
 
 
 # ---------------------------------------------------------------------------------- profile
@@ -210,7 +230,7 @@ def test_demo_compares_the_bundled_model_with_llvm() -> None:
 
 
 # ------------------------------------------------------------------------------------- tune
-@pytest.mark.benchmark  # meta_schedule's TuneContext imports every TVM tensor intrinsic: ~40 s per process
+@pytest.mark.benchmark  # the tuning itself (4 trials, 2 measuring processes) and 3 commands: ~18 s
 def test_tune_records_in_a_work_dir_and_compile_applies_them(model: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     stdout = ok(cli("tune", model, "--work-dir", work, "--trials", "4", "--workers", "2"))
@@ -224,31 +244,35 @@ def test_tune_records_in_a_work_dir_and_compile_applies_them(model: Path, tmp_pa
     assert "tuning: 0 of" in other
 
 
-def test_an_old_records_file_is_rejected(model: Path, tmp_path: Path) -> None:
+def test_an_old_records_file_is_rejected(model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     records = tmp_path / "records.jsonl"
     records.write_text('{"version": 1}\n')
-    one_line_error(cli("compile", model, "--database", records, "-o", tmp_path / "x.so"), "old one-file format")
+    one_line_error(in_process(capfd, "compile", model, "--database", records, "-o", tmp_path / "x.so"),
+                   "old one-file format")
 
 
 # ----------------------------------------------------------------------------------- errors
 def test_bad_model_path(tmp_path: Path) -> None:
+    """Run as typed (``python -m tvm_npu``, a subprocess): the exit status and the lone stderr line are the
+    process's own, not only :func:`main`'s return value."""
     one_line_error(cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so"), "does not exist")
 
 
-def test_not_an_onnx_file(tmp_path: Path) -> None:
+def test_not_an_onnx_file(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00\xffnot a model" * 10)
-    one_line_error(cli("profile", bad), "not an onnx model")
+    one_line_error(in_process(capfd, "profile", bad), "not an onnx model")
 
 
 @pytest.mark.parametrize("target", ["npu -bogus=1", "npu -max-sram-bytes=12", "gpu", "npu max-sram-bytes"])
-def test_bad_target(model: Path, tmp_path: Path, target: str) -> None:
-    one_line_error(cli("compile", model, "--target", target, "-o", tmp_path / "x.so"), "--target")
+def test_bad_target(model: Path, tmp_path: Path, target: str, capfd: pytest.CaptureFixture[str]) -> None:
+    one_line_error(in_process(capfd, "compile", model, "--target", target, "-o", tmp_path / "x.so"), "--target")
     assert not (tmp_path / "x.so").exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage"])
-def test_corrupted_library(library: Path, inputs: dict[str, np.ndarray], tmp_path: Path, damage: str) -> None:
+def test_corrupted_library(library: Path, inputs: dict[str, np.ndarray], tmp_path: Path, damage: str,
+                           capfd: pytest.CaptureFixture[str]) -> None:
     data = library.read_bytes()
     if damage == "truncated":
         data = data[: len(data) // 2]
@@ -261,11 +285,11 @@ def test_corrupted_library(library: Path, inputs: dict[str, np.ndarray], tmp_pat
     bad.write_bytes(data)
     npz = tmp_path / "x.npz"
     np.savez(npz, **inputs)
-    line = one_line_error(cli("run", bad, "--inputs", npz))
+    line = one_line_error(in_process(capfd, "run", bad, "--inputs", npz))
     assert any(w in line.lower() for w in ("truncated", "corrupt", "invalid elf")), line
 
 
-def test_host_fallback_is_a_one_line_warning(tmp_path: Path) -> None:
+def test_host_fallback_is_a_one_line_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A 3x3 conv of 64 channels needs 9 KiB of weights per smallest tile: with 8 KiB it stays on the host."""
     w = onnx.numpy_helper.from_array(np.full((64, 64, 3, 3), 0.01, np.float32), "w")
     graph = onnx.helper.make_graph(
@@ -274,20 +298,20 @@ def test_host_fallback_is_a_one_line_warning(tmp_path: Path) -> None:
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64, 6, 6])], [w])
     path = tmp_path / "conv3x3.onnx"
     onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]), str(path))
-    proc = cli("compile", path, "--target", "npu -max-sram-bytes=8192", "-o", tmp_path / "c.so")
+    proc = in_process(capfd, "compile", path, "--target", "npu -max-sram-bytes=8192", "-o", tmp_path / "c.so")
     assert ok(proc) and "host: conv2d x1" in proc.stdout
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("tvm-npu compile: warning: conv2d") and "-max-sram-bytes=8192" in line, line
 
 
-def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
-    proc = cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so", "--verbose")
+def test_verbose_shows_the_traceback(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    proc = in_process(capfd, "compile", tmp_path / "missing.onnx", "-o", tmp_path / "x.so", "--verbose")
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("tvm-npu compile: error")
 
 
-def test_bad_repeat_is_an_error(model: Path) -> None:
-    one_line_error(cli("bench", model, "--repeat", "0"), "repeat")
+def test_bad_repeat_is_an_error(model: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    one_line_error(in_process(capfd, "bench", model, "--repeat", "0"), "repeat")
 
 
 # ------------------------------------------------------------------------------- quantized
@@ -314,7 +338,7 @@ def test_bench_and_profile_a_quantized_model(int8_model: Path, tmp_path: Path) -
     assert all(x["cycles"] >= x["bound_cycles"] > 0 for x in layers)  # bounds at the int8 peak still hold
 
 
-def test_unsupported_qoperator_op_is_a_one_line_error(tmp_path: Path) -> None:
+def test_unsupported_qoperator_op_is_a_one_line_error(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A QOperator model with an operator that has no QDQ equivalent here (com.microsoft QLinearSoftmax)."""
     from onnx import TensorProto, helper
 
@@ -328,4 +352,4 @@ def test_unsupported_qoperator_op_is_a_one_line_error(tmp_path: Path) -> None:
     proto = helper.make_model(graph, opset_imports=opsets)
     path = tmp_path / "qop.onnx"
     onnx.save(proto, str(path))
-    one_line_error(cli("compile", path, "-o", tmp_path / "x.so"), "QLinearSoftmax", "softmax_q")
+    one_line_error(in_process(capfd, "compile", path, "-o", tmp_path / "x.so"), "QLinearSoftmax", "softmax_q")

@@ -14,9 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_cli import cli, ok, one_line_error  # the same subprocess helpers (tests/cli is on sys.path)
-
-from tvm_npu.cli import main
+from test_cli import cli, in_process, ok, one_line_error  # the same helpers (tests/cli is on sys.path)
 
 AARCH64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
 
@@ -59,15 +57,12 @@ def test_profile_leads_with_end_to_end(model: Path) -> None:
     assert lines[4].startswith("layer")  # then the per-layer table
 
 
-def test_host_target_errors_are_one_line(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    one_line_error(cli("profile", model, "--host-target", AARCH64), "aarch64", "cannot run", ".tar")
-    # the others through the same entry point, in this process (a subprocess costs seconds of imports)
-    for args, words in ((["bench", str(model), "--host-target", "llvm -mcpu=no-such-cpu"], ("--host-target",
-                                                                                          "no-such-cpu")),
-                        (["compile", str(model), "--host-target", AARCH64, "-o", str(tmp_path / "x.so")], ("x.tar",))):
-        assert main(args) == 1
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and all(w in err[0] for w in words), err
+def test_host_target_errors_are_one_line(model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    one_line_error(in_process(capfd, "profile", model, "--host-target", AARCH64), "aarch64", "cannot run", ".tar")
+    for args, words in ((["bench", model, "--host-target", "llvm -mcpu=no-such-cpu"], ("--host-target", "no-such-cpu")),
+                        (["compile", model, "--host-target", AARCH64, "-o", tmp_path / "x.so"], ("x.tar",))):
+        line = one_line_error(in_process(capfd, *args))
+        assert all(w in line for w in words), line  # case-sensitive: the option and file names as typed
 
 
 def test_compile_cross_target_writes_aarch64_objects(host_op_model: Path, tmp_path: Path) -> None:

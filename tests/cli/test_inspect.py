@@ -3,7 +3,7 @@
 The model is the bundled ``tiny_convnet`` (it builds in about a second); a tight SRAM budget
 (``-max-sram-bytes=8192``) sends three of its convolutions to the host, so both placements appear.
 A few commands run in a subprocess exactly as typed; the rest call the same entry point
-(:func:`tvm_npu.cli.main`) in this process, which saves the ~5 s import of TVM per command.
+(:func:`tvm_npu.cli.main`) in this process, which saves the ~3 s import of TVM per command.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from test_cli import PNG_MAGIC, cli, ok, one_line_error  # this folder is on sys.path (pytest prepend import)
+from test_cli import PNG_MAGIC, cli, in_process, ok, one_line_error  # this folder is on sys.path (prepend import)
 from tvm import relax
 
 import tvm_npu
@@ -24,28 +24,6 @@ from tvm_npu.cli import main
 from tvm_npu.models import tiny_convnet
 
 SMALL = "npu -max-sram-bytes=8192"
-
-
-def tvm_npu_cli(capsys: pytest.CaptureFixture, *args: str | Path) -> tuple[int, str, str]:
-    """``tvm-npu ARGS`` in this process: (exit status, stdout, stderr)."""
-    status = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return status, out.out, out.err
-
-
-def in_process_ok(capsys: pytest.CaptureFixture, *args: str | Path) -> str:
-    status, out, err = tvm_npu_cli(capsys, *args)
-    assert status == 0, f"{out[-2000:]}\n{err[-2000:]}"
-    return out
-
-
-def in_process_error(capsys: pytest.CaptureFixture, *args: str | Path, words: tuple[str, ...]) -> str:
-    """The one error line of a failing command (checked as :func:`test_cli.one_line_error` checks it)."""
-    status, _, err = tvm_npu_cli(capsys, *args)
-    assert status == 1, err
-    (line,) = err.strip().splitlines()
-    assert line.startswith("tvm-npu ") and all(w.lower() in line.lower() for w in words), line
-    return line
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +58,10 @@ def test_inspect_lists_inputs_placements_and_memory(tmp_path: Path) -> None:
     assert 0 < memory["sram_largest_op"] <= memory["sram_high_water"] <= 8192
 
 
-def test_inspect_figures_agree_with_a_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_inspect_figures_agree_with_a_run(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Weights are what the NPU programs carry, and the SRAM high-water is the simulator's own figure."""
     out = tmp_path / "inspect.json"
-    in_process_ok(capsys, "inspect", "tiny_convnet", "--json", out)
+    ok(in_process(capfd, "inspect", "tiny_convnet", "--json", out))
     data = json.loads(out.read_text())
     assert all(o["where"] == "NPU" for o in data["operators"]) and data["host_macs"] == 0
     vm = relax.VirtualMachine(tvm_npu.build("tiny_convnet"), tvm.cpu())
@@ -101,7 +79,7 @@ def test_inspect_figures_agree_with_a_run(tmp_path: Path, capsys: pytest.Capture
     assert data["memory"]["peak_activation_bytes"] == (3 * 64 * 64 + 10) * 4 + part["scratch_bytes"]
 
 
-def test_inspect_names_an_unsupported_operator(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_inspect_names_an_unsupported_operator(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Softmax over the channel axis of a 4-D tensor and an Exp: the reason says which and why."""
     from onnx import TensorProto, helper
 
@@ -111,21 +89,21 @@ def test_inspect_names_an_unsupported_operator(tmp_path: Path, capsys: pytest.Ca
     path = tmp_path / "softmax_exp.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     out = tmp_path / "i.json"
-    in_process_ok(capsys, "inspect", path, "--json", out)
+    ok(in_process(capfd, "inspect", path, "--json", out))
     host = {o["op"]: o["reason"] for o in json.loads(out.read_text())["operators"] if o["where"] == "host"}
     assert "last" in host["nn.softmax"] or "axes" in host["nn.softmax"], host
     assert host["exp"] == "no NPU pattern for relax.exp", host
 
 
 # -------------------------------------------------------------------------------------- run
-def test_run_without_inputs_says_what_it_needs(library: Path) -> None:
-    one_line_error(cli("run", library), "input: float32 (1, 3, 64, 64)", "--inputs", "--random-inputs")
+def test_run_without_inputs_says_what_it_needs(library: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    one_line_error(in_process(capfd, "run", library), "input: float32 (1, 3, 64, 64)", "--inputs", "--random-inputs")
 
 
-def test_run_with_random_inputs(library: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_run_with_random_inputs(library: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     first, second = tmp_path / "a.npz", tmp_path / "b.npz"
-    stdout = in_process_ok(capsys, "run", library, "--random-inputs", "7", "-o", first, "--stats")
-    in_process_ok(capsys, "run", library, "--random-inputs", "7", "-o", second)
+    stdout = ok(in_process(capfd, "run", library, "--random-inputs", "7", "-o", first, "--stats"))
+    ok(in_process(capfd, "run", library, "--random-inputs", "7", "-o", second))
     assert "output_0: float32 (1, 10)" in stdout and " ms wall" in stdout  # a sub-second run in ms, not "0.00 s"
     with np.load(first) as a, np.load(second) as b:
         np.testing.assert_array_equal(a["output_0"], b["output_0"])  # seeded
@@ -140,8 +118,8 @@ def test_run_with_random_inputs(library: Path, tmp_path: Path, capsys: pytest.Ca
     ("text", ("not an .npz",)),
     ("onnx", ("is an onnx model", "compile it first")),
 ])
-def test_run_input_errors_are_one_clear_line(library: Path, tmp_path: Path, capsys: pytest.CaptureFixture, case: str,
-                                             words: tuple[str, ...]) -> None:
+def test_run_input_errors_are_one_clear_line(library: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                             case: str, words: tuple[str, ...]) -> None:
     lib, npz = library, tmp_path / "x.npz"
     if case == "float64":
         np.savez(npz, input=np.zeros((1, 3, 64, 64)))
@@ -154,21 +132,21 @@ def test_run_input_errors_are_one_clear_line(library: Path, tmp_path: Path, caps
         lib = tmp_path / "tiny.onnx"
         onnx.save(tiny_convnet(), str(lib))
         np.savez(npz, input=np.zeros((1, 3, 64, 64), np.float32))
-    line = in_process_error(capsys, "run", lib, "--inputs", npz, words=words)
+    line = one_line_error(in_process(capfd, "run", lib, "--inputs", npz), *words)
     assert "ErrorContext" not in line and "Check failed" not in line
 
 
-def test_output_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
+def test_output_in_a_missing_directory_is_refused(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "missing" / "x.so"
-    one_line_error(cli("compile", "tiny_convnet", "-o", out), "does not exist", str(out.parent))
+    one_line_error(in_process(capfd, "compile", "tiny_convnet", "-o", out), "does not exist", str(out.parent))
     assert not out.parent.exists()
 
 
 # ------------------------------------------------------------------------- report and Python
-def test_profile_report_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_profile_report_is_readable(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Layer names carry their partition; the op column keeps the whole epilogue; the plot has every layer."""
     report, plot = tmp_path / "r.json", tmp_path / "roof.png"
-    stdout = in_process_ok(capsys, "profile", "tiny_convnet", "--target", SMALL, "--json", report, "--plot", plot)
+    stdout = ok(in_process(capfd, "profile", "tiny_convnet", "--target", SMALL, "--json", report, "--plot", plot))
     layers = json.loads(report.read_text())["layers"]
     labels = [x["label"] for x in layers]
     assert len(set(labels)) == len(labels) and labels[0] == "p0/conv2d_0"
@@ -179,13 +157,13 @@ def test_profile_report_is_readable(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert plot.read_bytes().startswith(PNG_MAGIC)
 
 
-def test_profile_shows_the_memory_inspect_shows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_profile_shows_the_memory_inspect_shows(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Same model, same target: profile's deployment memory (JSON and text) is inspect's, host weights and peak
     live activations included; its run-time figures agree with it."""
     profiled, inspected = tmp_path / "profile.json", tmp_path / "inspect.json"
-    profile_out = in_process_ok(capsys, "profile", "tiny_convnet", "--target", SMALL, "--json", profiled,
-                                "--timing-only", "--repeat", "1")
-    inspect_out = in_process_ok(capsys, "inspect", "tiny_convnet", "--target", SMALL, "--json", inspected)
+    profile_out = ok(in_process(capfd, "profile", "tiny_convnet", "--target", SMALL, "--json", profiled,
+                                   "--timing-only", "--repeat", "1"))
+    inspect_out = ok(in_process(capfd, "inspect", "tiny_convnet", "--target", SMALL, "--json", inspected))
     memory = json.loads(inspected.read_text())["memory"]
     model = json.loads(profiled.read_text())["model"]
     assert model["memory"] == memory
