@@ -36,7 +36,7 @@ STAGES = ("import", "bind", "canonicalize", "precision", "layout", "fold-layout"
 def child(model: str, target: str) -> dict[str, Any]:
     """One repetition, in this process: warm-up, llvm build, NPU build."""
     import tvm_npu
-    from tvm_npu.zoo import BUNDLED
+    from tvm_npu.models.bundled import BUNDLED
 
     tvm_npu.build_reference(BUNDLED["tiny_convnet"]())
     proto = BUNDLED[model]()
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.target)))
         return 0
-    from tvm_npu.bench import environment
-    from tvm_npu.zoo import BUNDLED
+    from tvm_npu.models.bundled import BUNDLED
+    from tvm_npu.tools.bench import environment
 
     unknown = [m for m in args.models if m not in BUNDLED]
     if unknown:

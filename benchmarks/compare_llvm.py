@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/compare_llvm.py [--quick] [--repeat N] [--target T] [--host-target H] [--out DIR]``.
 
 Per model: the end-to-end latency of one inference (the simulated NPU part plus the host part
-measured on this CPU, :func:`tvm_npu.bench.host_latency`), the NPU part alone, and the references
+measured on this CPU, :func:`tvm_npu.tools.bench.host_latency`), the NPU part alone, and the references
 on this CPU: TVM's untuned default llvm build and onnxruntime with one thread and with every core
 (n/a for the Relax-built transformer block). Wall times depend on the machine and on what else runs
 on it: the environment is stored with the figures.
@@ -31,9 +31,17 @@ from matplotlib.figure import Figure
 from tvm import relax
 from tvm.script import relax as R
 
-from tvm_npu.bench import BUNDLED, BenchResult, LoadedModel, bench, default_inputs, environment, onnxruntime_threads
 from tvm_npu.config import parse_target
-from tvm_npu.models import randomize_weights
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import (
+    BUNDLED,
+    BenchResult,
+    LoadedModel,
+    bench,
+    default_inputs,
+    environment,
+    onnxruntime_threads,
+)
 
 RESULTS = Path(__file__).parent / "results"
 QUICK = ("tiny_convnet", "light_squeezenet", "transformer_block")

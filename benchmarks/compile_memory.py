@@ -25,8 +25,8 @@ import json, resource, sys
 import tvm
 import tvm_npu
 from tvm import relax
-from tvm_npu import driver
-from tvm_npu.models import light_model_path
+from tvm_npu.compiler import driver
+from tvm_npu.models.light import light_model_path
 idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 name = sys.argv[1]
 path = str(light_model_path(name.removeprefix("light_")))

@@ -15,11 +15,11 @@ import re
 import sys
 from pathlib import Path
 
-from tvm_npu.tir_schedules import conv2d, planner
+from tvm_npu.tir_schedules import conv2d, tile_search
 
-from tvm_npu.bench import compare, default_inputs, resolve_model
-from tvm_npu.models import randomize_weights
-from tvm_npu.tiles import ConvEngine
+from tvm_npu.core.tiles import ConvEngine
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import compare, default_inputs, resolve_model
 
 RESULTS = Path(__file__).parent / "results" / "depthwise.json"
 #: A conv2d layer's description names its input shape and its groups: ``... (1, 136, 28, 28)->... g136 ...``.
@@ -37,14 +37,14 @@ def _run(name: str, vector: bool) -> dict:
     original = conv2d.Conv2d.admits
     if not vector:
         conv2d.Conv2d.admits = lambda self, spec, tile: tile.engine == ConvEngine.TENSOR and original(self, spec, tile)
-    planner._CHOICES.clear()
+    tile_search._CHOICES.clear()
     try:
         display, model = resolve_model(name)
         model = randomize_weights(model, seed=0)
         cmp = compare(display, model, "npu", default_inputs(model), repeat=1, progress=False)
     finally:
         conv2d.Conv2d.admits = original
-        planner._CHOICES.clear()
+        tile_search._CHOICES.clear()
     r, rep = cmp.result, cmp.report
     layers = [{"name": x.name, "description": x.description, "tile": x.tile, "cycles": x.cycles,
                "bound_cycles": x.bound_cycles, "efficiency": x.efficiency, "predicted_cycles": x.predicted_cycles}

@@ -1,4 +1,4 @@
-"""What the exporter-style import handling (``tvm_npu.onnx_import`` + the activation canonicalisation)
+"""What the exporter-style import handling (``tvm_npu.compiler.onnx_import`` + the activation canonicalisation)
 buys on whole models: host operator calls and partitions with it and without it.
 
 Usage: ``python benchmarks/exporter_forms.py [--models mobilenet_v2,efficientnet_b0] [--resolution 224]
@@ -27,9 +27,9 @@ import tvm
 from tvm_npu.relay_patterns import canonicalize
 
 import tvm_npu
-import tvm_npu.onnx_import
-from tvm_npu import zoo
-from tvm_npu.bench import profile_model
+import tvm_npu.compiler.onnx_import
+from tvm_npu.models import bundled as zoo
+from tvm_npu.tools.bench import profile_model
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -40,13 +40,13 @@ def exporter_handling(enabled: bool):
     if enabled:
         yield
         return
-    prepare, canon = tvm_npu.onnx_import.prepare, canonicalize._canonical_activations
-    tvm_npu.onnx_import.prepare = lambda model: model
+    prepare, canon = tvm_npu.compiler.onnx_import.prepare, canonicalize._canonical_activations
+    tvm_npu.compiler.onnx_import.prepare = lambda model: model
     canonicalize._canonical_activations = lambda func: func
     try:
         yield
     finally:
-        tvm_npu.onnx_import.prepare, canonicalize._canonical_activations = prepare, canon
+        tvm_npu.compiler.onnx_import.prepare, canonicalize._canonical_activations = prepare, canon
 
 
 def _steps(info: tvm_npu.BuildInfo) -> dict[str, int]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from compare_llvm import models as benchmark_models
 
-from tvm_npu.bench import build_model, default_inputs, profile_model
+from tvm_npu.tools.bench import build_model, default_inputs, profile_model
 
 TARGETS = {
     "light_resnet50": ("npu", "npu -max-sram-bytes=262144", "npu -fusion=0", "npu -fusion=2",

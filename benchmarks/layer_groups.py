@@ -13,7 +13,7 @@ and the layer groups: members, slicing (slices of ``rows`` output rows), SRAM, t
 attributed cycles in the per-layer report), with the share of groups predicted within 10%.
 
 Light models get seeded random weights (seed 0), as in ``operators.py``; int8 cases are that fp32
-model quantized to QDQ by onnxruntime's ``quantize_static`` (``tvm_npu.quantize``: per-channel
+model quantized to QDQ by onnxruntime's ``quantize_static`` (``tvm_npu.tools.quantize``: per-channel
 int8 weights, int8 activations, 8 seeded random calibration samples), as in ``precision.py``.
 The goals bound cycles / model-level bound at ``-fusion=3``; the ``-fusion=1`` row shows the
 same ratio for comparison. Writes ``layer_groups.json`` and ``layer_groups.md``; with
@@ -36,12 +36,12 @@ from typing import Any
 
 import onnx
 
-from tvm_npu.analysis import ModelReport
-from tvm_npu.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
 from tvm_npu.config import parse_target
-from tvm_npu.models import randomize_weights
-from tvm_npu.quantize import quantize_model
-from tvm_npu.runtime import Profile
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.report.layers import ModelReport
+from tvm_npu.runtime.execute import Profile
+from tvm_npu.tools.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
+from tvm_npu.tools.quantize import quantize_model
 
 RESULTS = Path(__file__).parent / "results"
 KIB = 1024

@@ -19,9 +19,9 @@ import onnxruntime as ort
 from tvm_npu.relay_patterns.lrn import lrn_to_pool
 
 import tvm_npu
-from tvm_npu import driver
-from tvm_npu.bench import default_inputs, input_names, model_report, profile_model, resolve_model
-from tvm_npu.models import randomize_weights
+from tvm_npu.compiler import driver
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import default_inputs, input_names, model_report, profile_model, resolve_model
 
 MODELS = ("light_bvlc_alexnet", "light_zfnet512", "light_inception_v1")
 

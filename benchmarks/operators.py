@@ -28,15 +28,15 @@ from typing import Any
 import numpy as np
 import onnx
 
-from tvm_npu.bench import BUNDLED, LoadedModel, compare, default_inputs, environment, input_names
 from tvm_npu.config import parse_target
-from tvm_npu.models import randomize_weights
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import BUNDLED, LoadedModel, compare, default_inputs, environment, input_names
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare_llvm import transformer_block  # benchmarks/ is not a package
 
 RESULTS = Path(__file__).parent / "results"
-#: The eleven benchmark models, then the exporter-style ones (bundled by ``tvm_npu.zoo``).
+#: The eleven benchmark models, then the exporter-style ones (bundled by ``tvm_npu.models.bundled``).
 BENCHMARK = ("tiny_convnet", *(n for n in BUNDLED if n.startswith("light_")), "transformer_block")
 GOALS = {"light_shufflenet": 0.75, "mobilenet_v2": 0.80, "vit_tiny": 0.85, "bert_layer": 0.85}
 

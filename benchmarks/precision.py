@@ -6,7 +6,7 @@ For each model (weights randomised with seed 0) the fp32 model and three variant
 are built for the default target and run once in timing-only mode (cycles equal those of
 a functional run):
 
-* ``int8``: QDQ from onnxruntime's quantizer (``tvm_npu.quantize``: per-channel int8
+* ``int8``: QDQ from onnxruntime's quantizer (``tvm_npu.tools.quantize``: per-channel int8
   weights, int8 activations, 8 seeded random calibration samples);
 * ``fp16``: the model converted by ``onnxconverter_common.float16`` (fp16 in and out);
 * ``fp32 -precision=fp16``: the fp32 model with its NPU operators in fp16.
@@ -30,9 +30,9 @@ from typing import Any
 
 import onnx
 
-from tvm_npu.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
-from tvm_npu.models import randomize_weights
-from tvm_npu.quantize import quantize_model
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
+from tvm_npu.tools.quantize import quantize_model
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("light_resnet50", "light_squeezenet")

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tvm_npu.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
-from tvm_npu.models import randomize_weights
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("light_resnet50", "light_squeezenet")

@@ -26,7 +26,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from tvm_npu.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
+from tvm_npu.tools.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
 
 RESULTS = Path(__file__).parent / "results"
 KIB = 1024

@@ -13,7 +13,7 @@ in fp32, the "MobileNetV2-style model" of issue 12) at target ``npu``:
   measure processes), then ``build_with_info(..., database=DIR)`` and the same run, DIR a copy of
   the work dir's meta_schedule database without plan records (tiles only). The trial counts are
   reached in one work dir, each continuing the previous one (tuning time and trials are cumulative).
-* **+ plans**: then ``tvm_npu.plan_search.search`` with the tuned tiles (what ``tune(plans=True)`` runs
+* **+ plans**: then ``tvm_npu.tuning.group_search.search`` with the tuned tiles (what ``tune(plans=True)`` runs
   after the operators; the plan records of a previous trial count are removed first, since they
   were measured with other tiles), and the build with the whole work dir and the run again.
 
@@ -38,10 +38,10 @@ from typing import Any
 
 import onnx
 
-from tvm_npu.bench import BUNDLED, build_model, default_inputs, environment, profile_model
 from tvm_npu.config import parse_target
-from tvm_npu.measure import seconds_to_cycles
-from tvm_npu.models import randomize_weights
+from tvm_npu.models.light import randomize_weights
+from tvm_npu.tools.bench import BUNDLED, build_model, default_inputs, environment, profile_model
+from tvm_npu.tuning.measure import seconds_to_cycles
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("light_resnet50", "mobilenet_v2")
@@ -66,7 +66,7 @@ def simulate(model: onnx.ModelProto, target: str, database: Path | None) -> dict
 
 def simulate_tiles(model: onnx.ModelProto, target: str, work_dir: Path) -> dict[str, Any]:
     """:func:`simulate` with the work dir's tiles only: its meta_schedule database, without plan records."""
-    from tvm_npu.tuning import RECORD_FILE, WORKLOAD_FILE
+    from tvm_npu.tuning.tuner import RECORD_FILE, WORKLOAD_FILE
 
     with tempfile.TemporaryDirectory(prefix="tuning_models.") as tmp:
         for name in (WORKLOAD_FILE, RECORD_FILE):
@@ -88,8 +88,8 @@ def operator_rows(results: Sequence[Any], defaults: dict[str, float], target: st
 def run_model(name: str, trial_counts: Sequence[int], work_root: Path, workers: int, seed: int,
               plans: bool) -> list[dict[str, Any]]:
     """Rows of one model: untuned, then each trial count (tiles, and tiles + plans)."""
-    from tvm_npu.plan_search import PLANS_FILE, search
-    from tvm_npu.tuning import best_tiles, tune
+    from tvm_npu.tuning.group_search import PLANS_FILE, search
+    from tvm_npu.tuning.tuner import best_tiles, tune
 
     target = str(parse_target(TARGET))
     model = load(name)
@@ -143,7 +143,7 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
         "of the model's distinct operators, on top of the cost model's tile of each, measured first; "
         "*measurements* = all successful operator measurements in the database; *tuning s* = wall time of "
         "`tvm_npu.tune(..., plans=False)` (cumulative over the trial counts, which continue one work dir); "
-        "*+ plans* = after the plan search (`tvm_npu.plan_search.search`, whole partitions measured) with the "
+        "*+ plans* = after the plan search (`tvm_npu.tuning.group_search.search`, whole partitions measured) with the "
         "tuned tiles; *predicted saving* = sum over operators of calls x (cost model's tile - best tile) "
         "cycles, from the operator measurements.",
         "",

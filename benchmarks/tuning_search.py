@@ -3,13 +3,13 @@
 Usage: ``python benchmarks/tuning_search.py [--phase exhaustive|search|report|all] [--budget N] [--out DIR]``.
 
 The operators are the distinct convolutions of ``light_resnet50``'s plan at target ``npu``
-(``tvm_npu.driver.plan_model`` + ``tvm_npu.tuning.extract_tasks``, conv2d only). Per conv:
+(``tvm_npu.compiler.driver.partition_plans`` + ``tvm_npu.tuning.tuner.extract_tasks``, conv2d only). Per conv:
 
 * **exhaustive**: every tile of ``tile_space`` (every legal tile x pipeline stages 2 and 3) compiled
   with ``build_candidate`` and simulated timing-only, in ``--workers`` processes. Measurements are
   cycles, deterministic, cached in ``tuning_search_cache.json`` (by spec_key and tile), so a rerun
   or an interrupted run only measures what is missing. Convs are measured smallest space first.
-* **search**: ``tvm_npu.tuning.tune_tasks`` (what ``tvm_npu.tune`` runs on a model's tasks) on that
+* **search**: ``tvm_npu.tuning.tuner.tune_tasks`` (what ``tvm_npu.tune`` runs on a model's tasks) on that
   conv alone, with a budget of ``--budget`` measurements: the cost model's tile, which ``tune`` measures and
   records first (trial 1), then ``budget - 1`` trials of meta_schedule's evolutionary search with the
   XGB cost model. The order of measurement is the line order of the work dir's
@@ -38,15 +38,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 from tvm_npu.tir_schedules.kind import kind_of
 
-from tvm_npu.bench import BUNDLED, environment
 from tvm_npu.config import parse_target
-from tvm_npu.measure import measure_artifact, seconds_to_cycles
-from tvm_npu.plan import spec_from_json, spec_to_json
-from tvm_npu.tiles import TileParams, tile_to_json
-from tvm_npu.tuning import RECORD_FILE, Task, tile_space
+from tvm_npu.core.plan import spec_from_json, spec_to_json
+from tvm_npu.core.tiles import TileParams, tile_to_json
+from tvm_npu.tools.bench import BUNDLED, environment
+from tvm_npu.tuning.measure import measure_artifact, seconds_to_cycles
+from tvm_npu.tuning.tuner import RECORD_FILE, Task, tile_space
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "light_resnet50"
@@ -110,11 +110,11 @@ class Cache:
 def conv_tasks(cache: Cache) -> list[Task]:
     """The distinct convs of the model's plan (planned once, then read from the cache), smallest space first."""
     if not cache.tasks:
-        from tvm_npu.driver import plan_model
-        from tvm_npu.tuning import extract_tasks
+        from tvm_npu.compiler.driver import partition_plans
+        from tvm_npu.tuning.tuner import extract_tasks
 
         t0 = time.perf_counter()
-        plans = plan_model(BUNDLED[MODEL](), cache.target)
+        plans = partition_plans(BUNDLED[MODEL](), cache.target)
         tasks = [t for t in extract_tasks(plans) if kind_of(t.spec).name == "conv2d"]
         cache.tasks = [{"key": t.key, "name": t.name, "calls": t.calls, "spec": spec_to_json(t.spec)} for t in tasks]
         cache.save()
@@ -125,7 +125,7 @@ def conv_tasks(cache: Cache) -> list[Task]:
 # ------------------------------------------------------------------------------ exhaustive
 def measure_tile(spec_text: str, tile_text: str, target: str, out_dir: str) -> tuple[int | None, str | None]:
     """Compile and simulate one tile (in a worker process): (cycles, None) or (None, error)."""
-    from tvm_npu.tuning import build_candidate
+    from tvm_npu.tuning.tuner import build_candidate
 
     try:
         path = build_candidate(spec_text, tile_text, target, out_dir)
@@ -186,12 +186,12 @@ def exhaustive(cache: Cache, tasks: Sequence[Task], workers: int) -> None:
 
 # ------------------------------------------------------------------------------ search
 def search_conv(task: Task, target: str, budget: int, workers: int, seed: int, work_dir: Path) -> dict[str, Any]:
-    """``tvm_npu.tuning.tune_tasks`` on one conv; its measurements in the order they were recorded."""
+    """``tvm_npu.tuning.tuner.tune_tasks`` on one conv; its measurements in the order they were recorded."""
     from tvm import s_tir
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-    from tvm_npu.measure import NpuLocalRunner
-    from tvm_npu.tuning import open_database, tile_of, tune_tasks
+    from tvm_npu.tuning.measure import NpuLocalRunner
+    from tvm_npu.tuning.tuner import open_database, tile_of, tune_tasks
 
     start = time.perf_counter()
     runner = NpuLocalRunner(workers)
@@ -249,7 +249,7 @@ def conv_row(task: Task, cache: Cache, search: dict[str, Any] | None) -> dict[st
     space = cache.space(task)
     measured = cache.cycles.get(task.key, {})
     npu = parse_target(cache.target)
-    default = tile_code(planner.choose(task.spec, npu.hw, npu.options))
+    default = tile_code(tile_search.choose(task.spec, npu.hw, npu.options))
     row: dict[str, Any] = {"name": task.name, "key": task.key, "calls": task.calls, "space": len(space.tiles),
                            "exhaustive_complete": cache.done(task), "exhaustive_measured": len(measured),
                            "exhaustive_failed": len(cache.errors.get(task.key, {})), "default_tile": default,
@@ -326,7 +326,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], cache: Cac
         "deterministic). Per conv: *space* = legal tiles x pipeline stages 2 and 3 (`tile_space`); *exhaustive "
         "best* = the fewest simulated cycles over the whole space; *cost model's tile* = the tile the planner "
         "picks untuned, measured (the search's trial 1); *within 2%* = how many tiles of the space are within "
-        "2% of the best; *search* = `tvm_npu.tuning.tune_tasks` on the conv alone, "
+        "2% of the best; *search* = `tvm_npu.tuning.tuner.tune_tasks` on the conv alone, "
         f"budget {summary['budget']} measurements (cost model's tile first, then meta_schedule's evolutionary "
         f"search with the XGB model, seed {summary['seed']}), its best over the budget; *trials to 2%* = "
         "measurements until the best so far is within 2% of the exhaustive best "

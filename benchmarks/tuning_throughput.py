@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from tvm_npu.codegen.operator import standalone_program
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
-from tvm_npu.artifact import Artifact
-from tvm_npu.bench import environment
 from tvm_npu.config import DType, NpuTarget, parse_target
-from tvm_npu.measure import NpuLocalRunner, measure_artifact, measure_paths, rpc_runner, write_artifact
-from tvm_npu.ops import Broadcast, Conv2dSpec, EpiKind, Epilogue, TensorRef
-from tvm_npu.rpc_server import LocalCluster
+from tvm_npu.core.artifact import Artifact
+from tvm_npu.core.ops import Broadcast, Conv2dSpec, EpiKind, Epilogue, TensorRef
+from tvm_npu.tools.bench import environment
+from tvm_npu.tuning.measure import NpuLocalRunner, measure_artifact, measure_paths, rpc_runner, write_artifact
+from tvm_npu.tuning.rpc_server import LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "tuning_throughput.json"
 SERVERS = 2
@@ -55,7 +55,7 @@ def make_artifacts(npu: NpuTarget, count: int, folder: Path) -> list[str]:
     paths = []
     for i, shape in enumerate(CONVS):
         spec = resnet_conv(*shape)
-        legal = [t for t, _ in planner.legal(spec, npu.hw, npu.options)]
+        legal = [t for t, _ in tile_search.legal(spec, npu.hw, npu.options)]
         n = count // len(CONVS) + (i < count % len(CONVS))
         for j in range(n):
             program, _ = standalone_program(spec, legal[j * len(legal) // n], npu.hw)

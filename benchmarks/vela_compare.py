@@ -369,7 +369,7 @@ def layer_check(model: onnx.ModelProto, input_name: str, x: np.ndarray, target: 
     """Every quantized layer compiled alone and fed onnxruntime's input tensors for it (from its float path,
     ORT_ENABLE_BASIC, over the whole network), against onnxruntime's output of that layer at both levels."""
     import tvm_npu
-    from tvm_npu.bench import profile_model
+    from tvm_npu.tools.bench import profile_model
 
     layers = quantized_layers(model)
     tensors = sorted({t for layer in layers for t in (layer.output, *layer.inputs)} - {input_name})
@@ -420,7 +420,7 @@ def logits_of(model: onnx.ModelProto) -> str | None:
 def end_to_end_check(model: onnx.ModelProto, input_name: str, x: np.ndarray, target: str) -> dict[str, Any]:
     """The whole network (and its logits, as an extra output) on the NPU against onnxruntime's levels."""
     import tvm_npu
-    from tvm_npu.bench import profile_model
+    from tvm_npu.tools.bench import profile_model
 
     logits = logits_of(model)
     probe = with_outputs(model, [logits] if logits else [])
@@ -452,8 +452,8 @@ def match_layers(ours: Sequence[Any], vela: Sequence[dict[str, Any]]) -> dict[in
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One network: Vela, tvm-npu, numerics."""
-    from tvm_npu.bench import build_model, model_report, profile_model
-    from tvm_npu.onnx_import import bind_input_shapes
+    from tvm_npu.compiler.onnx_import import bind_input_shapes
+    from tvm_npu.tools.bench import build_model, model_report, profile_model
 
     tflite, onnx_path = models(name, args.work_dir)
     vela, vela_layers = run_vela(tflite, args.vela_config, args.work_dir / f"vela_{name}")
@@ -667,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = {r["network"]: r for r in json.loads(path.read_text())["rows"]}
         previous.update({r["network"]: r for r in rows})
         rows = [previous[n] for n in NETWORKS if n in previous]
-    from tvm_npu.bench import environment
+    from tvm_npu.tools.bench import environment
 
     versions: dict[str, str | None] = {}
     for pkg in ("tensorflow-cpu", "tf2onnx", "ethos-u-vela", "onnx", "onnxruntime"):

@@ -28,10 +28,10 @@ from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
 from tvm_npu.tir_schedules.rowwise import BETA, BETA_ROLE, DATA, GAMMA, GAMMA_ROLE, row_steps
 
 from tvm_npu.config import DType
-from tvm_npu.epilogue import RULES
-from tvm_npu.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec, RowwiseSpec
-from tvm_npu.tiles import ConvEngine, TileParams
-from tvm_npu.views import NotAView, compose, reshape, shape_of, view_pieces
+from tvm_npu.core.epilogue import RULES
+from tvm_npu.core.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec, RowwiseSpec
+from tvm_npu.core.tiles import ConvEngine, TileParams
+from tvm_npu.core.views import NotAView, compose, reshape, shape_of, view_pieces
 
 from .tir_walk import Access, CompiledWalk, Event, SramBuffer
 

@@ -11,9 +11,9 @@ from tvm_npu.simulator import ProgramBuilder, isa
 from tvm_npu.tir_schedules import schedule
 
 from tvm_npu.config import HardwareConfig
-from tvm_npu.ops import OpSpec, TensorRef
-from tvm_npu.tiles import TileParams
-from tvm_npu.views import map_refs, without_views
+from tvm_npu.core.ops import OpSpec, TensorRef
+from tvm_npu.core.tiles import TileParams
+from tvm_npu.core.views import map_refs, without_views
 
 from .emit import OperatorEmitter, Resident, Template
 from .lower import lower

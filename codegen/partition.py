@@ -2,7 +2,7 @@
 emitted in the plan's order, then the semaphore pass makes the engines safe.
 
 Nothing is decided here: fusion, on-chip intermediates, SRAM budgets and tiles all
-come from the :class:`~tvm_npu.plan.PartitionPlan`.
+come from the :class:`~tvm_npu.core.plan.PartitionPlan`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import numpy as np
 from tvm_npu.simulator import ProgramBuilder, disassemble, isa
 from tvm_npu.tir_schedules import kind_of
 
-from tvm_npu.artifact import Artifact, GroupInfo, LayerInfo
+from tvm_npu.core.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.config import HardwareConfig
-from tvm_npu.ops import OpSpec
-from tvm_npu.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
-from tvm_npu.tiles import TileParams, tile_to_json
-from tvm_npu.views import storage
+from tvm_npu.core.ops import OpSpec
+from tvm_npu.core.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
+from tvm_npu.core.tiles import TileParams, tile_to_json
+from tvm_npu.core.views import storage
 
 from .emit import Resident
 from .operator import Dump, compile_operator
@@ -99,7 +99,7 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
                          [_group_info(plan, g) for g in plan.groups])
 
 
-def plan_operators(plan: PartitionPlan) -> list[tuple[OpSpec, TileParams]]:
+def compile_tasks(plan: PartitionPlan) -> list[tuple[OpSpec, TileParams]]:
     """Every (spec, tile) :func:`lower_plan` compiles: the operators outside layer groups, and the
     steps of each group."""
     ops = [(op.spec, op.tile) for k, op in enumerate(plan.ops) if plan.group_of(k) is None]

@@ -170,7 +170,7 @@ def _canonical_activations(func: relax.Function) -> relax.Function:
     """Bring the activations exporters and the ONNX importer spell in several ops to one form each.
 
     * ``minimum(maximum(x, lo), hi)`` (and the other nesting) with scalar constants -> ``clip``:
-      a ``Clip`` with min/max inputs (ReLU6), which :mod:`tvm_npu.onnx_import` imports as
+      a ``Clip`` with min/max inputs (ReLU6), which :mod:`tvm_npu.compiler.onnx_import` imports as
       ``Max`` / ``Min``; ``minimum(relu(x), hi)`` (tf2onnx's ReLU6) -> ``clip`` too;
     * ``x * sigmoid(x)`` in either order -> ``nn.silu`` (swish);
     * ``c * x`` inside ``clip(c * x + b, 0, 1)`` -> ``x * c`` (ONNX ``HardSigmoid``);

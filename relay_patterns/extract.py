@@ -1,4 +1,4 @@
-"""Turn a matched Relax region into the typed :mod:`~tvm_npu.ops` spec.
+"""Turn a matched Relax region into the typed :mod:`~tvm_npu.core.ops` spec.
 
 One walker serves two callers so that they can never disagree:
 
@@ -28,8 +28,8 @@ from tvm.relax.transform import PatternCheckContext
 from tvm_npu.simulator import quant
 
 from tvm_npu.config import DType
-from tvm_npu.epilogue import BY_RELAX_OP, check_dtype, result_dtype
-from tvm_npu.ops import (
+from tvm_npu.core.epilogue import BY_RELAX_OP, check_dtype, result_dtype
+from tvm_npu.core.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,

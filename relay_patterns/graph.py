@@ -7,7 +7,7 @@ operator ``k`` computes, ``k{k}_{j}`` for the constants operator ``k`` names.
 
 Data movement is not an operator here. An ``npu.view`` (reshape, flatten, squeeze,
 expand_dims, a transpose keeping the innermost axis) names a tensor ``v{n}_<var>`` that
-is a :class:`~tvm_npu.ops.View` of its input (so is a static strided slice or a gather of
+is a :class:`~tvm_npu.core.ops.View` of its input (so is a static strided slice or a gather of
 constant evenly spaced indices); an ``npu.concat`` declares its output ``c{n}_<var>`` as a
 DRAM buffer and turns each input computed in the partition (or a reshape / transpose of
 one) into a view of its slice, so the producer stores straight into the concat. An input
@@ -29,10 +29,10 @@ from dataclasses import replace
 import numpy as np
 from tvm import relax
 
-import tvm_npu.views as views
+import tvm_npu.core.views as views
 from tvm_npu.config import DType
-from tvm_npu.ops import OpSpec, PoolKind, PoolSpec, TensorRef, View
-from tvm_npu.plan import GraphOp, PartitionGraph
+from tvm_npu.core.ops import OpSpec, PoolKind, PoolSpec, TensorRef, View
+from tvm_npu.core.plan import GraphOp, PartitionGraph
 
 from .extract import GenericConst, const_array, extract_op, tensor_type
 

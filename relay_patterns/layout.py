@@ -19,12 +19,12 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 from tvm_npu.tir_schedules.kind import kind_of
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig, Layout, NpuTarget
-from tvm_npu.ops import Conv2dSpec, TensorRef, spec_key
-from tvm_npu.tiles import ConvTile, Order
+from tvm_npu.core.ops import Conv2dSpec, TensorRef, spec_key
+from tvm_npu.core.tiles import ConvTile, Order
 
 from .lifted import with_lifted_constants
 
@@ -99,7 +99,7 @@ def _conv_cycles(call: relax.Call, layout: str, target: NpuTarget) -> float | No
     key = (spec_key(spec), target.hw, target.options)
     if key not in _CYCLES:
         tile = _reference_tile(spec, target)
-        _CYCLES[key] = None if tile is None else planner.estimate(spec, tile, target.hw).cycles
+        _CYCLES[key] = None if tile is None else tile_search.estimate(spec, tile, target.hw).cycles
     return _CYCLES[key]
 
 
@@ -271,7 +271,7 @@ def unfold_host_layouts(func: relax.Function, _mod: tvm.IRModule,
     return with_lifted_constants(func, lambda open_func, _lifted: _unfold(open_func))
 
 
-def plan_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
+def choose_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
     """Convert activation layouts by ``-layout-pref``, or for ``auto`` by the cost model's vote;
     the transforms this inserts are folded by :func:`fold_layout_transforms` afterwards.
 

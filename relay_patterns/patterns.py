@@ -23,12 +23,12 @@ from tvm import relax
 from tvm.relax.backend.pattern_registry import register_patterns
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
-from tvm_npu.tir_schedules.plan import split_global_pool
-from tvm_npu.tir_schedules.planner import fits
+from tvm_npu.tir_schedules.scheduler import split_global_pool
+from tvm_npu.tir_schedules.tile_search import fits
 
 from tvm_npu.config import DType, NpuTarget
-from tvm_npu.epilogue import RULES
-from tvm_npu.ops import ElementwiseSpec, OpSpec, PoolSpec
+from tvm_npu.core.epilogue import RULES
+from tvm_npu.core.ops import ElementwiseSpec, OpSpec, PoolSpec
 
 from .extract import GenericConst, extract_from_context, tensor_type
 from .graph import selection

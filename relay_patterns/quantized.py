@@ -1,7 +1,7 @@
 """QDQ models -> integer operators (the first canonicalisation pass).
 
 A model quantized in the QDQ format (``onnxruntime.quantization.quantize_static``,
-or a QOperator model rewritten by :mod:`tvm_npu.qoperator`) imports into Relax as
+or a QOperator model rewritten by :mod:`tvm_npu.compiler.qoperator`) imports into Relax as
 fp32 compute between ``dequantize`` and ``quantize``. This pass rewrites each
 quantized region into the integer form the NPU runs and llvm computes alike:
 

@@ -12,7 +12,7 @@ output type's range, narrowed by a folded relu or clip (:func:`clamp_bounds`).
 
 The same formula is written against an :class:`Arith` (a handful of primitive
 operations), so the simulator's numerics (:data:`NUMPY`), the numpy references of
-the tests and the templates' TE compute (``tvm_npu.epilogue``) cannot drift apart.
+the tests and the templates' TE compute (``tvm_npu.core.epilogue``) cannot drift apart.
 """
 
 from __future__ import annotations

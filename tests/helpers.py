@@ -16,10 +16,10 @@ import numpy as np
 from scipy.special import erf
 from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.simulator import RunStats, Simulator, isa
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
-from tvm_npu.ops import (
+from tvm_npu.core.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,
@@ -31,7 +31,7 @@ from tvm_npu.ops import (
     PoolSpec,
     TensorRef,
 )
-from tvm_npu.tiles import TileParams
+from tvm_npu.core.tiles import TileParams
 
 F32 = DType.FP32
 #: fp32 tolerance against the float64 reference (the brief's numbers).
@@ -287,8 +287,8 @@ def tight_budget(spec: OpSpec, stages: int, hw: HardwareConfig, cap: int = 65536
     planner prefers on ``hw`` needs (so that tile no longer fits), but never less than the
     smallest footprint some candidate tile has (the operator still runs on the NPU)."""
     opts = CompilerOptions(pipeline_stages=stages)
-    smallest = min(planner.footprint(spec, t, hw) for t in planner.candidates(spec, hw, opts))
-    preferred = planner.footprint(spec, planner.choose(spec, hw, opts), hw)
+    smallest = min(tile_search.footprint(spec, t, hw) for t in tile_search.candidates(spec, hw, opts))
+    preferred = tile_search.footprint(spec, tile_search.choose(spec, hw, opts), hw)
     budget = hw.align(max(min(cap, preferred // 2), smallest, 4096))
     return HardwareConfig(**{**_fields(hw), "max_sram_bytes": budget})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import conv, eltwise, matmul, pool
 from hypothesis import strategies as st
 
-from tvm_npu.ops import OpSpec
+from tvm_npu.core.ops import OpSpec
 
 EPI_CHOICES = ("bias", "add", "add_c", "sub", "mul_c", "max", "min_c", "relu", "clip", "sigmoid", "tanh", "gelu")
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 try:
-    import tvm_npu.runtime_module as rm
+    import tvm_npu.runtime.npu_module as rm
 except ImportError:  # not pip-installed yet: use the checkout this file lives in
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tvm_npu.runtime_module as rm
+    import tvm_npu.runtime.npu_module as rm
 
 import tvm
 import tvm_ffi
@@ -77,7 +77,7 @@ import sys, importlib.util
 sys.path.insert(0, {str(PKG_ROOT)!r})
 import numpy as np, tvm
 from tvm import relax
-import tvm_npu.runtime_module as rm
+import tvm_npu.runtime.npu_module as rm
 _spec = importlib.util.spec_from_file_location("_rt_test", {str(THIS_FILE)!r})
 _t = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_t)

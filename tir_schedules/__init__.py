@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tvm_npu.ops import OpSpec
-from tvm_npu.tiles import TileParams
+from tvm_npu.core.ops import OpSpec
+from tvm_npu.core.tiles import TileParams
 
 from . import conv2d, elementwise, matmul, pool, rowwise  # noqa: F401  (each registers its kind)
 from .common import Scheduled

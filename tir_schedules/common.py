@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from tvm import s_tir, te, tirx
 
 from tvm_npu.config import ACCUMULATOR, DType
-from tvm_npu.epilogue import RULES
-from tvm_npu.ops import Broadcast, Epilogue, OpSpec, TensorRef
-from tvm_npu.tiles import TileParams
+from tvm_npu.core.epilogue import RULES
+from tvm_npu.core.ops import Broadcast, Epilogue, OpSpec, TensorRef
+from tvm_npu.core.tiles import TileParams
 
 from .contract import EPI_KEY, INSTR_KEY, OPERAND_TAG, SRAM_SCOPE, Role, SiteKind
 

@@ -32,8 +32,8 @@ from tvm import s_tir, te, tirx
 from tvm_npu.simulator import timing
 
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, Conv2dSpec
-from tvm_npu.tiles import ConvEngine, ConvTile, Order
+from tvm_npu.core.ops import Broadcast, Conv2dSpec
+from tvm_npu.core.tiles import ConvEngine, ConvTile, Order
 
 from .common import (
     Scheduled,

@@ -33,8 +33,8 @@ from tvm_npu.simulator import timing
 from tvm_npu.simulator.builder import row_major
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
-from tvm_npu.epilogue import result_dtype, step_cycles
-from tvm_npu.ops import Broadcast, OpSpec, TensorRef
+from tvm_npu.core.epilogue import result_dtype, step_cycles
+from tvm_npu.core.ops import Broadcast, OpSpec, TensorRef
 
 from .dma import copy_plan, pad3, split_outer
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from tvm import s_tir, te
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, ElementwiseSpec, EpiKind
-from tvm_npu.tiles import EltwiseTile
+from tvm_npu.core.ops import Broadcast, ElementwiseSpec, EpiKind
+from tvm_npu.core.tiles import EltwiseTile
 
 from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
 from .contract import SRAM_SCOPE, Role, SiteKind

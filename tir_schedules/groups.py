@@ -32,12 +32,12 @@ from dataclasses import dataclass, replace
 from tvm_npu.simulator.builder import row_major
 
 from tvm_npu.config import NpuTarget
-from tvm_npu.ops import Broadcast, OpSpec, PoolKind, PoolSpec, TensorRef, spec_key
-from tvm_npu.plan import slice_name
-from tvm_npu.tiles import TileParams
-from tvm_npu.views import compose, slice_of, storage, strided
+from tvm_npu.core.ops import Broadcast, OpSpec, PoolKind, PoolSpec, TensorRef, spec_key
+from tvm_npu.core.plan import slice_name
+from tvm_npu.core.tiles import TileParams
+from tvm_npu.core.views import compose, slice_of, storage, strided
 
-from . import planner
+from . import tile_search
 from .cost import Estimate
 from .kind import kind_of
 
@@ -112,7 +112,7 @@ class Planner:
         hw = self.target.hw
         best = self._tile(self.ops[k], hw.max_sram_bytes)
         if best is None:
-            raise planner.NoTileFits(f"{self.ops[k].name}: no tile fits the SRAM")
+            raise tile_search.NoTileFits(f"{self.ops[k].name}: no tile fits the SRAM")
         return best[1].cycles
 
     def group(self, i: int, j: int, slices: int | None = None) -> Choice | None:
@@ -217,13 +217,13 @@ class Planner:
         if key not in self._tile_cache:
             hw, opts = self.target.hw, self.target.options
             tile = self.tiles.get(key[0])
-            if tile is None or planner.footprint(spec, tile, hw) > limit:
+            if tile is None or tile_search.footprint(spec, tile, hw) > limit:
                 try:
-                    tile = planner.choose(spec, hw, opts, limit)
-                except planner.NoTileFits:
+                    tile = tile_search.choose(spec, hw, opts, limit)
+                except tile_search.NoTileFits:
                     self._tile_cache[key] = None
                     return None
-            self._tile_cache[key] = (tile, planner.estimate(spec, tile, hw))
+            self._tile_cache[key] = (tile, tile_search.estimate(spec, tile, hw))
         return self._tile_cache[key]
 
 

@@ -4,7 +4,7 @@ Every operator kind (``conv2d.py``, ``matmul.py``, ``pool.py``, ``elementwise.py
 keeps side by side what changes together: its TE compute and schedule template, the
 loop it pipelines, its tile axes and candidates, its SRAM footprint, and its cost
 model (the steps of its pipelined loop, and closed-form floors for ranking). The
-planner (``planner.py``) is a search over any kind; the codegen emits any kind.
+planner (``tile_search.py``) is a search over any kind; the codegen emits any kind.
 Adding a kind is one module subclassing :class:`OpKind`, registered with
 :func:`register`.
 """
@@ -19,8 +19,8 @@ from typing import ClassVar
 from tvm import te, tirx
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import OpSpec
-from tvm_npu.tiles import TileParams
+from tvm_npu.core.ops import OpSpec
+from tvm_npu.core.tiles import TileParams
 
 from .common import Scheduled
 from .cost import Pipelining, Step

@@ -9,8 +9,8 @@ from tvm import s_tir, te
 from tvm_npu.simulator import timing
 
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, MatmulSpec
-from tvm_npu.tiles import MatmulTile, Order
+from tvm_npu.core.ops import Broadcast, MatmulSpec
+from tvm_npu.core.tiles import MatmulTile, Order
 
 from .common import (
     Scheduled,

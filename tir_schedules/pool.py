@@ -13,8 +13,8 @@ from tvm import s_tir, te, tirx
 from tvm_npu.simulator import timing
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, PoolKind, PoolSpec
-from tvm_npu.tiles import PoolTile
+from tvm_npu.core.ops import Broadcast, PoolKind, PoolSpec
+from tvm_npu.core.tiles import PoolTile
 
 from .common import (
     Scheduled,

@@ -24,8 +24,8 @@ from tvm import s_tir, te, tirx
 from tvm_npu.simulator import isa, timing
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import Broadcast, RowKind, RowwiseSpec
-from tvm_npu.tiles import RowTile
+from tvm_npu.core.ops import Broadcast, RowKind, RowwiseSpec
+from tvm_npu.core.tiles import RowTile
 
 from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, operand_name, pipeline, placeholder, split
 from .contract import SRAM_SCOPE, Role, SiteKind

@@ -1,33 +1,56 @@
 """tvm-npu: compile TVM Relax models for a simulated NPU and run them on its simulator.
 
-``import tvm_npu`` registers the ``npu`` runtime module's loader and the simulator
-callback, so ``tvm.runtime.load_module`` of an exported NPU model works afterwards.
+``import tvm_npu`` loads the runtime only (:mod:`tvm_npu.runtime`: the ``npu`` module's loader and the
+simulator callback), so ``tvm.runtime.load_module`` of an exported NPU model works afterwards; it does
+not import TVM or the compiler. Everything else is imported on first use (PEP 562), so
+``import tvm_npu.simulator`` stays a numpy program. The floors of the package and which may import
+which are in docs/architecture.md ("Floors").
 """
 
-from .byoc import partition_for_npu
-from .config import CompilerOptions, DType, HardwareConfig, NpuTarget, parse_target
-from .driver import BuildInfo, build, build_reference, build_with_info, load_model, tune
-from .relay_patterns import HostFallbackWarning
-from .runtime import PartitionRun, Profile, last_runs, profile
-from .shapes import SymbolicShapeWarning
+from __future__ import annotations
 
-__all__ = [
-    "BuildInfo",
-    "CompilerOptions",
-    "DType",
-    "HardwareConfig",
-    "HostFallbackWarning",
-    "NpuTarget",
-    "PartitionRun",
-    "Profile",
-    "SymbolicShapeWarning",
-    "build",
-    "build_reference",
-    "build_with_info",
-    "last_runs",
-    "load_model",
-    "parse_target",
-    "partition_for_npu",
-    "profile",
-    "tune",
-]
+import importlib
+from typing import Any
+
+from tvm_npu import _moved, runtime  # noqa: F401  (the runtime registers the npu module's loader)
+
+#: Public name -> the module that defines it, imported when the name is first used.
+_LAZY = {
+    "CompilerOptions": "tvm_npu.config",
+    "DType": "tvm_npu.config",
+    "HardwareConfig": "tvm_npu.config",
+    "NpuTarget": "tvm_npu.config",
+    "parse_target": "tvm_npu.config",
+    "PartitionRun": "tvm_npu.runtime.execute",
+    "last_runs": "tvm_npu.runtime.execute",
+    "BuildInfo": "tvm_npu.compiler.driver",
+    "build": "tvm_npu.compiler.driver",
+    "build_reference": "tvm_npu.compiler.driver",
+    "build_with_info": "tvm_npu.compiler.driver",
+    "load_model": "tvm_npu.compiler.driver",
+    "partition_for_npu": "tvm_npu.compiler.byoc",
+    "SymbolicShapeWarning": "tvm_npu.compiler.shapes",
+    "HostFallbackWarning": "tvm_npu.relay_patterns",
+    "profile": "tvm_npu.report.profiling",
+    "tune": "tvm_npu.tuning.tuner",
+}
+#: Names whose object lives under another name in its module.
+_RENAMED = {"Profile": ("tvm_npu.report.profiling", "ReportedProfile")}
+
+__all__ = sorted([*_LAZY, *_RENAMED])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _RENAMED:
+        module, attr = _RENAMED[name]
+        value = getattr(importlib.import_module(module), attr)
+    else:
+        raise AttributeError(f"module 'tvm_npu' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

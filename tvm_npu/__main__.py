@@ -2,6 +2,6 @@
 
 import sys
 
-from tvm_npu.cli import main
+from tvm_npu.tools.cli import main
 
 sys.exit(main())

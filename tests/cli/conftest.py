@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tvm_npu.models import tiny_convnet
+from tvm_npu.models.light import tiny_convnet
 
 
 @pytest.fixture(scope="module")

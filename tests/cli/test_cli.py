@@ -3,7 +3,7 @@
 The model is ``tiny_convnet()`` saved to a temporary ``.onnx`` file (it builds in about a
 second). Every command is checked for what it writes, and every error for a single
 line on stderr, a non-zero exit status and no traceback. Help texts and errors call the
-same entry point (:func:`tvm_npu.cli.main`) in this process, which saves the ~3 s import of
+same entry point (:func:`tvm_npu.tools.cli.main`) in this process, which saves the ~3 s import of
 TVM per command; the console script and ``python -m tvm_npu`` themselves are run as
 subprocesses by a test each.
 """
@@ -24,12 +24,12 @@ import tvm
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.bench import to_numpy
-from tvm_npu.cli import main
 from tvm_npu.config import target_help
-from tvm_npu.models import backend_inputs
-from tvm_npu.ops import spec_key
-from tvm_npu.tuning import best_tiles
+from tvm_npu.core.ops import spec_key
+from tvm_npu.models.light import backend_inputs
+from tvm_npu.tools.bench import to_numpy
+from tvm_npu.tools.cli import main
+from tvm_npu.tuning.tuner import best_tiles
 
 COMMANDS = ("compile", "inspect", "run", "profile", "bench", "tune", "demo")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +43,7 @@ def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProce
 
 
 def in_process(capfd: pytest.CaptureFixture[str], *args: str | Path) -> subprocess.CompletedProcess:
-    """``tvm-npu ARGS`` through :func:`tvm_npu.cli.main` in this process, as a finished process for :func:`ok` and
+    """``tvm-npu ARGS`` through :func:`tvm_npu.tools.cli.main` in this process, as a finished process for :func:`ok` and
     :func:`one_line_error`. ``capfd`` (not ``capsys``) also catches what TVM writes to the file descriptors
     directly, as a subprocess's pipes would."""
     argv = [str(a) for a in args]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tvm_npu import runtime_module
+from tvm_npu.runtime import npu_module as runtime_module
 
 
 def test_each_environment_has_its_own_runtime_build(monkeypatch: pytest.MonkeyPatch) -> None:

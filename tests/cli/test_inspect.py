@@ -3,7 +3,7 @@
 The model is the bundled ``tiny_convnet`` (it builds in about a second); a tight SRAM budget
 (``-max-sram-bytes=8192``) sends three of its convolutions to the host, so both placements appear.
 A few commands run in a subprocess exactly as typed; the rest call the same entry point
-(:func:`tvm_npu.cli.main`) in this process, which saves the ~3 s import of TVM per command.
+(:func:`tvm_npu.tools.cli.main`) in this process, which saves the ~3 s import of TVM per command.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from test_cli import PNG_MAGIC, cli, in_process, ok, one_line_error  # this fold
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.analysis import LayerReport, ModelReport
-from tvm_npu.cli import main
-from tvm_npu.models import tiny_convnet
+from tvm_npu.models.light import tiny_convnet
+from tvm_npu.report.layers import LayerReport, ModelReport
+from tvm_npu.tools.cli import main
 
 SMALL = "npu -max-sram-bytes=8192"
 
@@ -187,7 +187,7 @@ def test_waste_is_part_of_the_dram_column() -> None:
 
 
 def test_python_api_takes_bundled_names_and_writes_trace_and_plot(tmp_path: Path) -> None:
-    from tvm_npu.bench import bench
+    from tvm_npu.tools.bench import bench
 
     result = bench("tiny_convnet", repeat=1, progress=False)
     assert result.model == "tiny_convnet" and result.max_abs_error < 1e-4

@@ -1,4 +1,4 @@
-"""``tvm-npu quantize`` and ``tvm-npu compare`` (:mod:`tvm_npu.quantize`, :mod:`tvm_npu.compare`).
+"""``tvm-npu quantize`` and ``tvm-npu compare`` (:mod:`tvm_npu.tools.quantize`, :mod:`tvm_npu.tools.quant_error`).
 
 The models are small fp32 graphs built with onnx.helper (conv+relu, conv, matmul, gemm
 on a 1x3x16x16 input), quantized with onnxruntime. The commands run in this process
@@ -18,9 +18,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvm_npu.cli import main
-from tvm_npu.compare import compare_models, match_tensors
-from tvm_npu.quantize import calibration_samples, qdq_counts, quantize_model
+from tvm_npu.tools.cli import main
+from tvm_npu.tools.quant_error import compare_models, match_tensors
+from tvm_npu.tools.quantize import calibration_samples, qdq_counts, quantize_model
 
 SHAPE = (1, 3, 16, 16)
 CONV_OUT = 8

@@ -21,12 +21,12 @@ from tvm_npu.simulator import ProgramBuilder, isa
 from tvm_npu.simulator.builder import row_major
 from tvm_npu.simulator.encoding import encode_program
 from tvm_npu.simulator.hazards import overlap
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
-from tvm_npu.ops import spec_key
-from tvm_npu.tiles import ConvTile, MatmulTile, Order
-from tvm_npu.views import map_refs
+from tvm_npu.core.ops import spec_key
+from tvm_npu.core.tiles import ConvTile, MatmulTile, Order
+from tvm_npu.core.views import map_refs
 
 HW = HardwareConfig()
 TILE = ConvTile(toc=16, toh=4, tow=8, tic=16, order=Order.A_STATIONARY, stages=2)
@@ -163,13 +163,13 @@ def test_worker_count_respects_env(monkeypatch) -> None:
 
 
 def test_plan_memo_tells_x_plus_x_from_x_plus_y() -> None:
-    """``planner.choose`` / ``estimate`` memoise by signature: ``x + x`` (one load) must not answer for
+    """``tile_search.choose`` / ``estimate`` memoise by signature: ``x + x`` (one load) must not answer for
     ``x + y`` (two), whose spec_key is the same."""
     two = eltwise((1, 64, 56, 56), "NCHW", ["add"])
     step = two.epilogue[0]
     one = replace(two, epilogue=(replace(step, operand=replace(step.operand, name=two.data.name)),))
     assert spec_key(one) == spec_key(two)
     opts = CompilerOptions()
-    first = planner.choose(one, HW, opts)
-    assert planner.choose(two, HW, opts) == planner._search(two, HW, opts, HW.max_sram_bytes) != first
-    assert planner.estimate(two, first, HW) != planner.estimate(one, first, HW)
+    first = tile_search.choose(one, HW, opts)
+    assert tile_search.choose(two, HW, opts) == tile_search._search(two, HW, opts, HW.max_sram_bytes) != first
+    assert tile_search.estimate(two, first, HW) != tile_search.estimate(one, first, HW)

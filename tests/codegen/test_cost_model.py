@@ -1,4 +1,4 @@
-"""The analytic cost model (``planner.estimate``) against the simulator's deterministic cycles.
+"""The analytic cost model (``tile_search.estimate``) against the simulator's deterministic cycles.
 
 The table is every distinct conv layer of ResNet-50 at 224x224 (the 7x7 stem, the 1x1 and
 3x3 convs of each stage, the stride-2 3x3 and downsample convs, each with the epilogue it
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 from helpers import conv, matmul, run_op
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import OpSpec
-from tvm_npu.tiles import TileParams
+from tvm_npu.core.ops import OpSpec
+from tvm_npu.core.tiles import TileParams
 
 HW = HardwareConfig()
 #: Relative error allowed per layer, and the share of layers that must meet it.
@@ -76,8 +76,8 @@ def table() -> list[Row]:
     opts = CompilerOptions()
     rows = []
     for name, spec in RESNET50_LAYERS.items():
-        tile = planner.choose(spec, HW, opts)
-        est = planner.estimate(spec, tile, HW)
+        tile = tile_search.choose(spec, HW, opts)
+        est = tile_search.estimate(spec, tile, HW)
         stats = run_op(spec, tile, HW, timing_only=True).stats
         moved = stats.dma_load_bytes + stats.dma_store_bytes + stats.wasted_burst_bytes
         rows.append(Row(name, tile, est.cycles, stats.total_cycles, est.dram_bytes, moved))

@@ -18,8 +18,8 @@ from tvm_npu.simulator.disasm import disassemble
 from tvm_npu.tir_schedules import schedule
 
 from tvm_npu.config import HardwareConfig
-from tvm_npu.ops import OpSpec
-from tvm_npu.tiles import ConvTile, MatmulTile, Order, PoolTile, TileParams
+from tvm_npu.core.ops import OpSpec
+from tvm_npu.core.tiles import ConvTile, MatmulTile, Order, PoolTile, TileParams
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TVM_NPU_UPDATE_GOLDEN") == "1"

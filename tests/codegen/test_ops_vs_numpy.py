@@ -26,11 +26,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import conv_specs, eltwise_specs, matmul_specs, pool_specs
 from tvm_npu.relay_patterns.extract import check_padding
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import ElementwiseSpec, OpSpec
-from tvm_npu.tiles import ConvTile, EltwiseTile, MatmulTile, PoolTile, TileParams
+from tvm_npu.core.ops import ElementwiseSpec, OpSpec
+from tvm_npu.core.tiles import ConvTile, EltwiseTile, MatmulTile, PoolTile, TileParams
 
 HW = HardwareConfig()
 STAGES = (1, 2, 3)
@@ -130,9 +130,9 @@ def _machine(spec: OpSpec, stages: int, budget: str) -> HardwareConfig:
 def test_chosen_tile_matches_numpy(name: str, stages: int, budget: str) -> None:
     spec = CASES[name]
     hw = _machine(spec, stages, budget)
-    tile = planner.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
+    tile = tile_search.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
     assert tile.stages == stages
-    assert planner.footprint(spec, tile, hw) <= hw.max_sram_bytes
+    assert tile_search.footprint(spec, tile, hw) <= hw.max_sram_bytes
     r = run_op(spec, tile, hw, seed=stages)
     assert_matches(r.out, r.ref, f"{name} {tile} on {hw.max_sram_bytes} B")
     assert r.stats.sram_high_water <= hw.max_sram_bytes, (r.stats.sram_high_water, tile)
@@ -157,10 +157,10 @@ def test_chosen_tile_matches_numpy_on_other_machines(name: str, machine: str) ->
     hw = OTHER_MACHINES[machine]
     spec = CASES[name]
     stages = 1 + len(name) % 3  # spread the pipeline depths over the cases
-    tile = planner.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
+    tile = tile_search.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
     r = run_op(spec, tile, hw, seed=stages)
     assert_matches(r.out, r.ref, f"{name} {tile} on {machine}")
-    assert r.sram_peak == planner.footprint(spec, tile, hw)
+    assert r.sram_peak == tile_search.footprint(spec, tile, hw)
     assert r.stats.sram_high_water <= hw.max_sram_bytes
 
 
@@ -172,11 +172,11 @@ def test_tight_budget_really_shrinks_tiles(stages: int) -> None:
     specs = {n: s for n, s in CASES.items() if n not in ELTWISE_CASES}  # elementwise: see the matrix
     shrunk = []
     for name, spec in specs.items():
-        roomy = planner.choose(spec, HW, opts)
-        roomy_fp = planner.footprint(spec, roomy, HW)
+        roomy = tile_search.choose(spec, HW, opts)
+        roomy_fp = tile_search.footprint(spec, roomy, HW)
         hw = tight_budget(spec, stages, HW, TIGHT)
-        tight = planner.choose(spec, hw, opts)
-        assert planner.footprint(spec, tight, hw) <= hw.max_sram_bytes
+        tight = tile_search.choose(spec, hw, opts)
+        assert tile_search.footprint(spec, tight, hw) <= hw.max_sram_bytes
         if roomy_fp > hw.max_sram_bytes:
             assert tight != roomy
             shrunk.append(name)
@@ -199,7 +199,7 @@ def _output_tile_elements(spec: OpSpec, tile: TileParams) -> int:
        stages=st.sampled_from(STAGES), data=st.data())
 def test_random_legal_tile(spec: OpSpec, stages: int, data: st.DataObject) -> None:
     opts = CompilerOptions(pipeline_stages=stages)
-    legal = planner.legal(spec, HW, opts)
+    legal = tile_search.legal(spec, HW, opts)
     assert legal, f"no legal tile for a small operator: {spec}"
     # one-element output tiles followed by an epilogue crash the emitter; that bug has its own
     # test (test_one_element_output_tile_with_an_epilogue) so that it cannot hide others here
@@ -209,7 +209,7 @@ def test_random_legal_tile(spec: OpSpec, stages: int, data: st.DataObject) -> No
     tile, fp = data.draw(st.sampled_from(legal), label="tile")
     r = run_op(spec, tile, HW, seed=len(legal))
     assert_matches(r.out, r.ref, f"{spec} {tile}")
-    assert fp == planner.footprint(spec, tile, HW)
+    assert fp == tile_search.footprint(spec, tile, HW)
     assert r.sram_peak == fp, f"planner footprint {fp} B, codegen allocated {r.sram_peak} B for {tile}"
     assert r.stats.sram_high_water <= r.sram_peak
 
@@ -233,12 +233,12 @@ def test_one_element_output_tile_with_an_epilogue(name: str) -> None:
     output is one element, e.g. a one-unit dense head; otherwise a legal tile the planner may pick)."""
     spec, tile = EDGE_TILE_CASES[name]
     if tile is None:
-        tile = planner.choose(spec, HW, CompilerOptions())
-    assert tile in planner.candidates(spec, HW, CompilerOptions(pipeline_stages=tile.stages))
-    assert planner.footprint(spec, tile, HW) <= HW.max_sram_bytes
+        tile = tile_search.choose(spec, HW, CompilerOptions())
+    assert tile in tile_search.candidates(spec, HW, CompilerOptions(pipeline_stages=tile.stages))
+    assert tile_search.footprint(spec, tile, HW) <= HW.max_sram_bytes
     r = run_op(spec, tile, HW)
     assert_matches(r.out, r.ref, f"{name} {tile}")
-    assert r.sram_peak == planner.footprint(spec, tile, HW)
+    assert r.sram_peak == tile_search.footprint(spec, tile, HW)
 
 
 WIDE_PAD_CASES: dict[str, OpSpec] = {

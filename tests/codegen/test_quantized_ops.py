@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm_npu.relay_patterns.extract import _check_dtypes, check_padding
 from tvm_npu.simulator.quant import add_params
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 from tvm_npu.config import ACCUMULATOR, CompilerOptions, DType, HardwareConfig
-from tvm_npu.ops import (
+from tvm_npu.core.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,
@@ -39,7 +39,7 @@ from tvm_npu.ops import (
     PoolSpec,
     TensorRef,
 )
-from tvm_npu.tiles import ConvTile, MatmulTile, TileParams
+from tvm_npu.core.tiles import ConvTile, MatmulTile, TileParams
 
 HW = HardwareConfig()
 #: A 4 x 4 array: reduction tiles are multiples of the array's rows, so only here do the small
@@ -153,17 +153,17 @@ def _reduction(tile: TileParams) -> int:
 
 
 def fitting(spec: OpSpec, hw: HardwareConfig = HW, opts: CompilerOptions = OPTS) -> list[TileParams]:
-    """Every candidate tile that fits the SRAM (narrow ones too, unlike ``planner.legal``)."""
-    return [t for t in planner.candidates(spec, hw, opts) if planner.footprint(spec, t, hw) <= hw.max_sram_bytes]
+    """Every candidate tile that fits the SRAM (narrow ones too, unlike ``tile_search.legal``)."""
+    return [t for t in tile_search.candidates(spec, hw, opts) if tile_search.footprint(spec, t, hw) <= hw.max_sram_bytes]
 
 
 def tile_variants(spec: OpSpec) -> list[tuple[TileParams, HardwareConfig]]:
     """The tiles a compile may use: see the module docstring."""
     tight = tight_budget(spec, OPTS.pipeline_stages, HW)
-    found = [(planner.choose(spec, HW, OPTS), HW), (planner.choose(spec, tight, OPTS), tight)]
-    found += [(t, HW) for t in planner.shortlist(spec, HW, OPTS)[:2]]
+    found = [(tile_search.choose(spec, HW, OPTS), HW), (tile_search.choose(spec, tight, OPTS), tight)]
+    found += [(t, HW) for t in tile_search.shortlist(spec, HW, OPTS)[:2]]
     # the shortest reduction tile, with the largest other extents (the fewest instructions)
-    streamed = min(fitting(spec, SMALL_ARRAY), key=lambda t: (_reduction(t), -planner.footprint(spec, t, SMALL_ARRAY)))
+    streamed = min(fitting(spec, SMALL_ARRAY), key=lambda t: (_reduction(t), -tile_search.footprint(spec, t, SMALL_ARRAY)))
     found.append((streamed, SMALL_ARRAY))
     return list(dict.fromkeys(found))
 

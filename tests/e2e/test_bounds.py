@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 from strategies import conv_specs, eltwise_specs, matmul_specs, pool_specs
 from tvm_npu.codegen.partition import lower_plan
 from tvm_npu.simulator import Simulator, decode_program
-from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.plan import plan_partition
+from tvm_npu.tir_schedules import tile_search
+from tvm_npu.tir_schedules.scheduler import schedule_partition
 
-from tvm_npu.analysis import report
-from tvm_npu.artifact import Artifact
 from tvm_npu.config import CompilerOptions, HardwareConfig, NpuTarget, parse_target
-from tvm_npu.ops import EpiKind, Epilogue, OpSpec, TensorRef
-from tvm_npu.plan import GraphOp, OpPlan, PartitionGraph, PartitionPlan
-from tvm_npu.runtime import PartitionRun, Profile
+from tvm_npu.core.artifact import Artifact
+from tvm_npu.core.ops import EpiKind, Epilogue, OpSpec, TensorRef
+from tvm_npu.core.plan import GraphOp, OpPlan, PartitionGraph, PartitionPlan
+from tvm_npu.report.layers import report
+from tvm_npu.runtime.execute import PartitionRun, Profile
 
 HW = HardwareConfig()
 
@@ -58,7 +58,7 @@ def _check(plan: PartitionPlan) -> list[float]:
 
 def _single(spec: OpSpec, tile, stages: int) -> PartitionPlan:
     target = NpuTarget(HW, CompilerOptions(pipeline_stages=stages))
-    op = OpPlan(spec, tile, ("npu.test",), HW.max_sram_bytes, 0.0, planner.footprint(spec, tile, HW))
+    op = OpPlan(spec, tile, ("npu.test",), HW.max_sram_bytes, 0.0, tile_search.footprint(spec, tile, HW))
     return PartitionPlan("p", str(target), _inputs([spec]), (spec.out.name,), (op,))
 
 
@@ -66,7 +66,7 @@ def _single(spec: OpSpec, tile, stages: int) -> PartitionPlan:
 @given(spec=st.one_of(conv_specs(strides=(1, 2, 3, 4)), matmul_specs(), pool_specs(), eltwise_specs()),
        stages=st.sampled_from((1, 2, 3)), data=st.data())
 def test_no_operator_beats_its_bound(spec: OpSpec, stages: int, data: st.DataObject) -> None:
-    legal = planner.legal(spec, HW, CompilerOptions(pipeline_stages=stages))
+    legal = tile_search.legal(spec, HW, CompilerOptions(pipeline_stages=stages))
     tile, _ = data.draw(st.sampled_from(legal), label="tile")
     _check(_single(spec, tile, stages))
 
@@ -77,14 +77,14 @@ def test_strided_1x1_conv_counts_only_the_input_it_reads(stride: int, layout: st
     """The audit's case: 1.607 (stride 2) and 2.9 (stride 4) before the bound counted only
     the rows and columns a strided 1x1 convolution reads."""
     spec = conv(64, 64, 56, k=1, stride=stride, pad=0, layout=layout)
-    eff = _check(_single(spec, planner.choose(spec, HW, CompilerOptions()), 2))
+    eff = _check(_single(spec, tile_search.choose(spec, HW, CompilerOptions()), 2))
     assert 0.2 < eff[0] <= 1.0
 
 
 def test_x_plus_x_counts_x_once() -> None:
     spec = eltwise((1, 64, 28, 28), "NCHW", ())
     spec = type(spec)("add", spec.out, data=spec.data, epilogue=(Epilogue(EpiKind.ADD, spec.data),))
-    (eff,) = _check(_single(spec, planner.choose(spec, HW, CompilerOptions()), 2))
+    (eff,) = _check(_single(spec, tile_search.choose(spec, HW, CompilerOptions()), 2))
     assert eff > 0.6  # x loaded once and counted once: close to the bound
 
 
@@ -106,7 +106,7 @@ def test_chains_with_on_chip_intermediates_do_not_beat_their_bounds(c: int, h: i
     target = parse_target(f"npu -fusion={fusion}")
     graph = PartitionGraph("p", _inputs([first, nxt]), (nxt.out.name,),
                            (GraphOp(first, ("a",)), GraphOp(nxt, ("b",))))
-    plan = plan_partition(graph, target)
+    plan = schedule_partition(graph, target)
     assert bool(plan.resident) == (fusion == 2 and second != "eltwise")  # eltwise: fused instead
     _check(plan)
 
@@ -131,7 +131,7 @@ def test_no_layer_of_a_benchmark_model_beats_its_bound(target: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from compare_llvm import models
 
-    from tvm_npu.bench import build_model, default_inputs, model_report, profile_model
+    from tvm_npu.tools.bench import build_model, default_inputs, model_report, profile_model
 
     worst = []
     for name, load in models(quick=False).items():

@@ -52,8 +52,8 @@ from test_quantized_models import (  # tests/e2e is on sys.path (pytest's prepen
 )
 
 import tvm_npu
-from tvm_npu.ops import Conv2dSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
-from tvm_npu.plan import PartitionPlan
+from tvm_npu.core.ops import Conv2dSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
+from tvm_npu.core.plan import PartitionPlan
 
 SIZE, SAMPLES, SEED = 32, 8, 0
 #: Issue 15: against onnxruntime, >= 99.9 % of the output elements identical, none more than 1 step off.

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.plan import PartitionPlan
+from tvm_npu.core.plan import PartitionPlan
 
 H = W = 8
 

@@ -19,12 +19,12 @@ import tvm
 from helpers import conv, run_op
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
-from tvm_npu.tir_schedules import conv2d, planner
+from tvm_npu.tir_schedules import conv2d, tile_search
 
 import tvm_npu
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.quantize import quantize_model
-from tvm_npu.tiles import ConvEngine, ConvTile, tile_from_json, tile_to_json
+from tvm_npu.core.tiles import ConvEngine, ConvTile, tile_from_json, tile_to_json
+from tvm_npu.tools.quantize import quantize_model
 
 R = relax.op
 
@@ -171,16 +171,16 @@ def test_planner_picks_the_vector_engine_and_predicts_it(name: str) -> None:
     p = PLANNED[name]
     spec = conv(p["c"], p["c"], p["h"], stride=p["stride"], pad=1, groups=p["c"], epi=p["epi"])
     hw, opts = HardwareConfig(), CompilerOptions()
-    tile = planner.choose(spec, hw, opts)
+    tile = tile_search.choose(spec, hw, opts)
     assert tile.engine == ConvEngine.VECTOR
-    tensor = [t for t, _ in planner.legal(spec, hw, opts) if t.engine == ConvEngine.TENSOR]
-    best_tensor = min(tensor, key=lambda t: planner.estimate(spec, t, hw).cycles)
+    tensor = [t for t, _ in tile_search.legal(spec, hw, opts) if t.engine == ConvEngine.TENSOR]
+    best_tensor = min(tensor, key=lambda t: tile_search.estimate(spec, t, hw).cycles)
     vec = run_op(spec, tile, hw, timing_only=True).stats
     ten = run_op(spec, best_tensor, hw, timing_only=True).stats
     assert vec.total_cycles * 2.5 < ten.total_cycles, (vec.total_cycles, ten.total_cycles)
     assert vec.lower_bound_cycles == ten.lower_bound_cycles  # the bound does not depend on the engine
     assert vec.efficiency > 0.85, vec
-    predicted = planner.estimate(spec, tile, hw).cycles
+    predicted = tile_search.estimate(spec, tile, hw).cycles
     assert vec.total_cycles <= predicted <= 1.12 * vec.total_cycles, (predicted, vec.total_cycles)
     assert conv2d.depthwise(spec)
 

@@ -18,7 +18,9 @@ from tvm import relax
 from tvm.script import relax as R
 
 import tvm_npu
-from tvm_npu.bench import (
+from tvm_npu.compiler.driver import host_target
+from tvm_npu.models.light import tiny_convnet
+from tvm_npu.tools.bench import (
     bench,
     end_to_end,
     host_latency,
@@ -27,8 +29,6 @@ from tvm_npu.bench import (
     runnable_host,
     to_numpy,
 )
-from tvm_npu.driver import host_target
-from tvm_npu.models import tiny_convnet
 
 AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
 EM_AARCH64 = 183  # ELF e_machine

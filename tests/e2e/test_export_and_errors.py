@@ -22,9 +22,9 @@ from helpers import ATOL, RTOL
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.artifact import MAGIC as ARTIFACT_MAGIC
 from tvm_npu.config import parse_target
-from tvm_npu.models import tiny_convnet
+from tvm_npu.core.artifact import MAGIC as ARTIFACT_MAGIC
+from tvm_npu.models.light import tiny_convnet
 
 MODULE_MAGIC = b"TVMNPUM1"
 MODULE_HEADER = struct.Struct("<8sIIQQ")  # magic, version, reserved, payload length, FNV-1a 64
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     import tvm
     from tvm import relax
     import tvm_npu
-    from tvm_npu.runtime_module import load_module
+    from tvm_npu.runtime.npu_module import load_module
 
     lib = load_module(sys.argv[1])
     vm = relax.VirtualMachine(lib, tvm.cpu())

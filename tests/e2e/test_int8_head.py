@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_quantized_models import agreement, run_vm  # tests/e2e is on sys.path (pytest's prepend import)
 
 import tvm_npu
-from tvm_npu.inspect import inspect_model
+from tvm_npu.tools.inspection import inspect_model
 
 ROWS, CLASSES, FEATURES, SAMPLES = (2, 3), 10, 64, 4
 #: (input scale, input zero point, output scale, output zero point, output type) of DQ -> Softmax -> Q:

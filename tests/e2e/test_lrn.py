@@ -91,7 +91,7 @@ def test_lrn_form_is_rewritten_to_a_pool_with_a_power_epilogue() -> None:
     """The canonical form: avg_pool2d over a (channels x positions) view, the division a power -beta."""
     from tvm_npu.relay_patterns import canonicalize_passes
 
-    from tvm_npu.driver import load_model
+    from tvm_npu.compiler.driver import load_model
 
     mod = load_model(lrn_model(8, 4, 4, 5, conv_first=False))
     text = tvm.transform.Sequential(canonicalize_passes())(mod).script()

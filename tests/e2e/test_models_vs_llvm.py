@@ -28,7 +28,7 @@ from tvm import relax
 
 import tvm_npu
 from tvm_npu.config import DType, parse_target
-from tvm_npu.models import backend_inputs, light_model_path, randomize_weights, reference_output
+from tvm_npu.models.light import backend_inputs, light_model_path, randomize_weights, reference_output
 
 # ------------------------------------------------------------------------ BlockBuilder models
 MODELS: dict[str, Callable[[], tvm.IRModule]] = {

@@ -1,6 +1,6 @@
 """Quantized (QDQ, QOperator) and fp16 ONNX models end to end: the NPU against llvm and onnxruntime.
 
-* QDQ models from :func:`tvm_npu.quantize.quantize_model` (tiny_convnet: int8/uint8 activations,
+* QDQ models from :func:`tvm_npu.tools.quantize.quantize_model` (tiny_convnet: int8/uint8 activations,
   per-channel/per-tensor weights; light squeezenet with random weights: int8 per-channel here, the rest
   of its matrix under ``-m benchmark``), cut before their final Softmax so the output is the last 8-bit
   tensor and every comparison counts integer steps: NPU == llvm bit for bit; NPU against onnxruntime;
@@ -40,9 +40,9 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.artifact import LayerInfo
-from tvm_npu.models import light_model_path, randomize_weights, tiny_convnet
-from tvm_npu.quantize import Sample, quantize_model, random_samples
+from tvm_npu.core.artifact import LayerInfo
+from tvm_npu.models.light import light_model_path, randomize_weights, tiny_convnet
+from tvm_npu.tools.quantize import Sample, quantize_model, random_samples
 
 #: Inputs compared per model (outputs of 10 and 1000 values); seeded calibration samples.
 SAMPLES = {"tiny_convnet": 16, "squeezenet": 2}

@@ -8,12 +8,12 @@ import relax_models as rm
 import tvm
 from helpers import F32, assert_matches, run_op
 from tvm import relax
-from tvm_npu.tir_schedules import kind_of, planner
+from tvm_npu.tir_schedules import kind_of, tile_search
 
 import tvm_npu
-from tvm_npu.bench import to_numpy
 from tvm_npu.config import CompilerOptions, HardwareConfig
-from tvm_npu.ops import ElementwiseSpec, EpiKind, Epilogue, MatmulSpec, TensorRef
+from tvm_npu.core.ops import ElementwiseSpec, EpiKind, Epilogue, MatmulSpec, TensorRef
+from tvm_npu.tools.bench import to_numpy
 
 
 def test_repeated_operands_match_llvm() -> None:
@@ -34,11 +34,11 @@ def test_x_plus_x_loads_its_tile_once_and_counts_it_once() -> None:
                            epilogue=(Epilogue(EpiKind.ADD, x), Epilogue(EpiKind.RELU)))
     hw = HardwareConfig()
     for stages in (1, 2, 3):
-        tile = planner.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
+        tile = tile_search.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
         r = run_op(spec, tile, hw)
         assert_matches(r.out, r.ref, f"x + x, {tile}")
         assert r.stats.dma_load_bytes == x.nbytes  # one load per tile, not one per operand
-        assert r.sram_peak == planner.footprint(spec, tile, hw)
+        assert r.sram_peak == tile_search.footprint(spec, tile, hw)
     assert kind_of(spec).needed_bytes(spec) == {"x": x.nbytes}
 
 
@@ -46,7 +46,7 @@ def test_x_matmul_x_counts_x_once() -> None:
     x = TensorRef("x", (24, 24), F32)
     spec = MatmulSpec("matmul", TensorRef("y", (24, 24), F32), a=x, b=x)
     hw = HardwareConfig()
-    r = run_op(spec, planner.choose(spec, hw, CompilerOptions()), hw)
+    r = run_op(spec, tile_search.choose(spec, hw, CompilerOptions()), hw)
     assert_matches(r.out, r.ref, "x @ x")
     assert kind_of(spec).needed_bytes(spec) == {"x": x.nbytes}
 
@@ -58,5 +58,5 @@ def test_x_minus_x_and_max_of_x_and_x_compile() -> None:
     hw = HardwareConfig()
     for kind in (EpiKind.SUB, EpiKind.MAX, EpiKind.MIN):
         spec = ElementwiseSpec("op", TensorRef("y", x.shape, F32, "NCHW"), data=x, epilogue=(Epilogue(kind, x),))
-        r = run_op(spec, planner.choose(spec, hw, CompilerOptions()), hw)
+        r = run_op(spec, tile_search.choose(spec, hw, CompilerOptions()), hw)
         assert_matches(r.out, r.ref, f"x {kind.value} x")

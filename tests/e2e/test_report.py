@@ -1,4 +1,4 @@
-"""The per-layer report (``tvm_npu.analysis``) on small models with a known binding resource."""
+"""The per-layer report (``tvm_npu.report.layers``) on small models with a known binding resource."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from tvm import relax
 from tvm_npu.simulator import decode_program, isa
 
 import tvm_npu
-from tvm_npu.analysis import report
-from tvm_npu.bench import profile_model
-from tvm_npu.models import backend_inputs, tiny_convnet
-from tvm_npu.runtime import PartitionRun
+from tvm_npu.models.light import backend_inputs, tiny_convnet
+from tvm_npu.report.layers import report
+from tvm_npu.runtime.execute import PartitionRun
+from tvm_npu.tools.bench import profile_model
 
 #: tiny_convnet forms a group of 4 slices (conv2d_0 + max_pool2d_1) and one of a single slice here;
 #: at -max-sram-bytes=65536 it forms none.

@@ -4,7 +4,7 @@ The build runs in a fresh ``TVM_FFI_CACHE_DIR`` (one compile, ~10-25 s): a first
 its whole process group (ninja and the compiler too) while it compiles; the next one must build and
 work. Then the library is cut in half and its ninja record dropped, which is what a linker killed while
 writing leaves behind; the next process must relink rather than load it
-(see :func:`tvm_npu.runtime_module.load_extension`).
+(see :func:`tvm_npu.runtime.npu_module.load_extension`).
 """
 
 from __future__ import annotations

@@ -24,12 +24,13 @@ from tvm import relax
 from tvm.script import relax as R
 
 import tvm_npu
-from tvm_npu import bench, tuning
-from tvm_npu.bench import to_numpy
-from tvm_npu.cli import build_parser, main
-from tvm_npu.inspect import inspect_model
-from tvm_npu.onnx_import import bind_input_shapes
-from tvm_npu.shapes import parse_input_shapes
+from tvm_npu.compiler.onnx_import import bind_input_shapes
+from tvm_npu.compiler.shapes import parse_input_shapes
+from tvm_npu.tools import bench
+from tvm_npu.tools.bench import to_numpy
+from tvm_npu.tools.cli import build_parser, main
+from tvm_npu.tools.inspection import inspect_model
+from tvm_npu.tuning import tuner as tuning
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -207,7 +208,7 @@ def test_relax_module_with_symbolic_dimensions() -> None:
 # ------------------------------------------------------------------------------ every entry point
 ENTRY_POINTS = {
     "build": tvm_npu.build, "build_with_info": tvm_npu.build_with_info, "build_reference": tvm_npu.build_reference,
-    "load_model": tvm_npu.load_model, "plan_model": tvm_npu.driver.plan_model,
+    "load_model": tvm_npu.load_model, "partition_plans": tvm_npu.compiler.driver.partition_plans,
     "partition_for_npu": tvm_npu.partition_for_npu, "inspect_model": inspect_model, "bench": bench.bench,
     "compare": bench.compare, "build_model": bench.build_model, "tune": tuning.tune,
 }
@@ -222,7 +223,7 @@ def test_shapes_reach_partitioning_planning_and_inspection() -> None:
     shapes = {"input_1": (2, 8, 8, 3)}
     with no_symbolic_warning():
         mod = tvm_npu.partition_for_npu(tf_style(), "npu", codegen=False, shapes=shapes)
-        plans = tvm_npu.driver.plan_model(tf_style(), "npu", shapes=shapes)
+        plans = tvm_npu.compiler.driver.partition_plans(tf_style(), "npu", shapes=shapes)
         info = inspect_model(tf_style(), "npu", shapes=shapes)
     assert [int(d) for d in mod["main"].params[0].ty.shape.values] == [2, 8, 8, 3]
     assert plans and plans[0].ops[0].spec.out.shape[0] == 2

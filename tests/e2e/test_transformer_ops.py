@@ -28,13 +28,13 @@ from tvm import relax
 from tvm.script import relax as R
 from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.simulator import Simulator
-from tvm_npu.tir_schedules import kind_of, planner
+from tvm_npu.tir_schedules import kind_of, tile_search
 
 import tvm_npu
+from tvm_npu.compiler.driver import partition_plans
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
-from tvm_npu.driver import plan_model
-from tvm_npu.ops import Broadcast, EpiKind, Epilogue, MatmulSpec, RowKind, RowwiseSpec, TensorRef
-from tvm_npu.tiles import RowTile
+from tvm_npu.core.ops import Broadcast, EpiKind, Epilogue, MatmulSpec, RowKind, RowwiseSpec, TensorRef
+from tvm_npu.core.tiles import RowTile
 
 HW = HardwareConfig()
 F32 = DType.FP32
@@ -123,15 +123,15 @@ def test_cost_model_tracks_the_simulator(kind: RowKind, shape: tuple[int, int], 
     """The flow model's cycles (the planner's ranking) within 10% of the simulated cycles."""
     spec = _spec(kind, shape, kind == RowKind.LAYER_NORM)
     _, _, _, cycles = _simulate(spec, tile, 0)
-    predicted = planner.estimate(spec, tile, HW).cycles
+    predicted = tile_search.estimate(spec, tile, HW).cycles
     assert abs(predicted - cycles) <= 0.10 * cycles, (predicted, cycles)
 
 
 def test_planner_picks_a_tile_that_fits_a_small_sram() -> None:
     spec = _spec(RowKind.LAYER_NORM, (256, 768), True)
     small = HardwareConfig(max_sram_bytes=64 * 1024)
-    tile = planner.choose(spec, small, CompilerOptions())
-    assert isinstance(tile, RowTile) and planner.footprint(spec, tile, small) <= small.max_sram_bytes
+    tile = tile_search.choose(spec, small, CompilerOptions())
+    assert isinstance(tile, RowTile) and tile_search.footprint(spec, tile, small) <= small.max_sram_bytes
 
 
 # ------------------------------------------------------------------- Relax models vs llvm
@@ -241,7 +241,7 @@ def test_attention_keeps_the_score_matrix_on_chip() -> None:
     """At -fusion=2 the scores (and the probabilities) never reach DRAM: one partition, and the
     softmax reads its input from an on-chip region."""
     mod = attention(seq=32, dim=32)
-    plans = plan_model(mod, "npu -fusion=2")
+    plans = partition_plans(mod, "npu -fusion=2")
     (plan,) = plans
     kinds = [type(op.spec).__name__ for op in plan.ops]
     soft = kinds.index("RowwiseSpec")

@@ -1,4 +1,4 @@
-"""The bundled exporter-style models (``tvm_npu.zoo``): valid ONNX, the exporter forms they
+"""The bundled exporter-style models (``tvm_npu.models.bundled``): valid ONNX, the exporter forms they
 promise, activations of a sensible scale, the published networks' MAC counts, and
 resolution by name from the CLI's table and ``tvm_npu.load_model``."""
 
@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tvm_npu import zoo
-from tvm_npu.bench import resolve_model
-from tvm_npu.driver import load_model
+from tvm_npu.compiler.driver import load_model
+from tvm_npu.models import bundled as zoo
+from tvm_npu.tools.bench import resolve_model
 
 ort = pytest.importorskip("onnxruntime")  # an optional dependency (the test extra)
 

@@ -17,7 +17,7 @@ Two layers:
 
 Precisions (:data:`PRECISIONS`, ``graphs(precisions=...)``): the fp32 graph as built, or that graph
 converted the way users convert theirs, as one last recorded call (``b.precision(...)``):
-``int8`` / ``uint8`` quantize it with ``tvm_npu.quantize.quantize_model`` (onnxruntime's
+``int8`` / ``uint8`` quantize it with ``tvm_npu.tools.quantize.quantize_model`` (onnxruntime's
 ``quantize_static``, QDQ: symmetric int8 weights per output channel or per tensor, asymmetric 8-bit
 activations calibrated on seeded random samples; the model keeps its float inputs and dequantized
 outputs) and ``fp16`` converts it with ``onnxconverter_common.float16.convert_float_to_float16``
@@ -358,7 +358,7 @@ class GraphBuilder:
 def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool = True,
                       calibration_seed: int = 0) -> onnx.ModelProto:
     """``model`` (fp32) as a user would convert it to ``precision``: quantized by
-    ``tvm_npu.quantize.quantize_model`` (QDQ, 8-bit activations of that type, calibrated on
+    ``tvm_npu.tools.quantize.quantize_model`` (QDQ, 8-bit activations of that type, calibrated on
     :data:`CALIBRATION_SAMPLES` random samples drawn with ``calibration_seed``), or converted to fp16
     by ``onnxconverter_common``; checked by the onnx checker."""
     if precision == "fp32":
@@ -378,7 +378,7 @@ def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool 
                 kept = [op for op in float16.DEFAULT_OP_BLOCK_LIST if op not in ("Max", "Min")]
                 converted = float16.convert_float_to_float16(model, op_block_list=kept)
     else:
-        from tvm_npu.quantize import quantize_model
+        from tvm_npu.tools.quantize import quantize_model
 
         with tempfile.TemporaryDirectory(prefix="tvm-npu-fuzz.") as tmp:
             path = quantize_model(model, f"{tmp}/model.onnx", random=CALIBRATION_SAMPLES, seed=calibration_seed,

@@ -34,12 +34,12 @@ from tvm_npu.tir_schedules import groups
 from tvm_npu.tir_schedules.kind import kind_of
 
 import tvm_npu
-from tvm_npu import zoo
-from tvm_npu.ops import Broadcast, Conv2dSpec, EpiKind, Epilogue, OpSpec, PoolKind, PoolSpec, TensorRef
-from tvm_npu.plan import PartitionPlan
-from tvm_npu.quantize import quantize_model
-from tvm_npu.tiles import ConvTile, MatmulTile, TileParams
-from tvm_npu.views import indices
+from tvm_npu.core.ops import Broadcast, Conv2dSpec, EpiKind, Epilogue, OpSpec, PoolKind, PoolSpec, TensorRef
+from tvm_npu.core.plan import PartitionPlan
+from tvm_npu.core.tiles import ConvTile, MatmulTile, TileParams
+from tvm_npu.core.views import indices
+from tvm_npu.models import bundled as zoo
+from tvm_npu.tools.quantize import quantize_model
 
 
 # ------------------------------------------------------------------------------ interval DP
@@ -435,8 +435,8 @@ def test_plans_with_groups_round_trip_through_json(case: Case) -> None:
 def test_group_estimates_within_ten_percent(name: str) -> None:
     """The cost model's estimate of a group (the sum of its steps' flow estimates) is within 10% of the
     simulated group cycles (its members' attributed cycles) on at least 90% of the groups formed."""
-    from tvm_npu import analysis
-    from tvm_npu.bench import default_inputs, profile_model, resolve_model
+    from tvm_npu.report import layers as analysis
+    from tvm_npu.tools.bench import default_inputs, profile_model, resolve_model
 
     _, model = resolve_model(name)
     executable = tvm_npu.build(model, "npu -fusion=3")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tvm_npu import views
-from tvm_npu.ops import View
+from tvm_npu.core import views
+from tvm_npu.core.ops import View
 
 _SIZES = st.sampled_from([1, 2, 3, 4, 6])
 

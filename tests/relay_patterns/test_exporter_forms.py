@@ -23,8 +23,8 @@ from onnx import helper as oh
 from tvm import relax
 
 import tvm_npu
-from tvm_npu.onnx_import import fold_shapes, prepare
-from tvm_npu.ops import EpiKind
+from tvm_npu.compiler.onnx_import import fold_shapes, prepare
+from tvm_npu.core.ops import EpiKind
 
 RTOL, ATOL = 1e-4, 1e-5
 SHAPE = (1, 8, 10, 10)

@@ -18,7 +18,7 @@ from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 from tvm_npu.relay_patterns import HostFallbackWarning, canonicalize_passes, extract_op, pattern_table
 
 from tvm_npu.config import DType, NpuTarget, parse_target
-from tvm_npu.ops import (
+from tvm_npu.core.ops import (
     Broadcast,
     Conv2dSpec,
     ElementwiseSpec,

@@ -22,8 +22,8 @@ from tvm import relax
 from tvm_npu.relay_patterns import qdq_to_integer
 
 import tvm_npu
-from tvm_npu.artifact import LayerInfo
-from tvm_npu.driver import load_model
+from tvm_npu.compiler.driver import load_model
+from tvm_npu.core.artifact import LayerInfo
 
 ELEM = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
 #: A scale pair whose multiplier ``float32(s_i) / float32(s_y)`` rounds one value differently from

@@ -1,4 +1,4 @@
-"""tvm_npu.qoperator: QOperator ONNX models rewritten into QDQ form compute what onnxruntime computes
+"""tvm_npu.compiler.qoperator: QOperator ONNX models rewritten into QDQ form compute what onnxruntime computes
 on the original, import into TVM, and whatever has no QDQ form is refused in one line."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
-from tvm_npu.driver import load_model
-from tvm_npu.qoperator import has_qoperator_nodes, to_qdq
+from tvm_npu.compiler.driver import load_model
+from tvm_npu.compiler.qoperator import has_qoperator_nodes, to_qdq
 
 MS = "com.microsoft"
 F32 = TensorProto.FLOAT

@@ -379,7 +379,7 @@ def compiled(name: str) -> tuple[HardwareConfig, isa.Program, dict[str, np.ndarr
     """A compiled operator, its inputs and the outputs of the intact program."""
     from helpers import conv, matmul, pool, random_env
     from tvm_npu.codegen.operator import standalone_program
-    from tvm_npu.tir_schedules import planner
+    from tvm_npu.tir_schedules import tile_search
 
     hw = HardwareConfig()
     spec, stages = {
@@ -388,7 +388,7 @@ def compiled(name: str) -> tuple[HardwareConfig, isa.Program, dict[str, np.ndarr
         "matmul": (matmul(17, 33, 45, epi=("bias", "tanh")), 2),
         "pool": (pool(64, 15, kind="max", k=3, stride=2, pad=1, layout="NHWC"), 2),
     }[name]
-    tile = planner.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
+    tile = tile_search.choose(spec, hw, CompilerOptions(pipeline_stages=stages))
     program, _ = standalone_program(spec, tile, hw)
     env = random_env(spec, 0)
     feeds = {t.name: env[t.name] for t in program.tensors if t.kind == TensorKind.INPUT}

@@ -1,4 +1,4 @@
-"""Model-level plan search (``tvm_npu.plan_search``): plan choices, variants, measured records, replay.
+"""Model-level plan search (``tvm_npu.tuning.group_search``): plan choices, variants, measured records, replay.
 
 The search runs once per module on ``conv_chain`` at ``-fusion=3`` with a 64 KiB SRAM (a layer group of
 six slices forms), measured by the local runner with two workers; the tests check what it recorded
@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 import relax_models as rm
 from tvm import relax
-from tvm_npu.tir_schedules import planner
-from tvm_npu.tir_schedules.plan import group_planner, plan_partition
+from tvm_npu.tir_schedules import tile_search
+from tvm_npu.tir_schedules.scheduler import group_planner, schedule_partition
 
 import tvm_npu
-import tvm_npu.plan_search as ps
-from tvm_npu.bench import default_inputs, profile_model
-from tvm_npu.driver import host_target, load_model, stages
-from tvm_npu.measure import NpuLocalRunner
-from tvm_npu.ops import spec_key
-from tvm_npu.plan import GroupChoice, PlanChoice, PlanChoiceWarning
+import tvm_npu.tuning.group_search as ps
+from tvm_npu.compiler.driver import host_target, load_model, stages
+from tvm_npu.core.ops import spec_key
+from tvm_npu.core.plan import GroupChoice, PlanChoice, PlanChoiceWarning
+from tvm_npu.tools.bench import default_inputs, profile_model
+from tvm_npu.tuning import database
+from tvm_npu.tuning.measure import NpuLocalRunner
 
 TARGET = "npu -fusion=3 -max-sram-bytes=65536"
 VARIANTS = 3
@@ -105,11 +106,11 @@ def test_search_records_the_fastest_of_several_variants(searched: Searched) -> N
 def test_measurements_made_with_other_tuned_tiles_are_not_reused(searched: Searched, tmp_path: Path) -> None:
     work = tmp_path / "copy"
     work.mkdir()
-    (work / ps.PLANS_FILE).write_text((searched.work_dir / ps.PLANS_FILE).read_text())
+    (work / database.PLANS_FILE).write_text((searched.work_dir / database.PLANS_FILE).read_text())
     (record,) = searched.records.values()
     spec = next(iter(ps.npu_partitions(_model(), TARGET).values())).ops[0].spec
     npu = tvm_npu.parse_target(TARGET)
-    tiles = {spec_key(spec): planner.choose(spec, npu.hw, npu.options)}  # as a tuning database would give
+    tiles = {spec_key(spec): tile_search.choose(spec, npu.hw, npu.options)}  # as a tuning database would give
     counting = _Counting(NpuLocalRunner(workers=1, timeout_sec=120))
     try:
         (again,) = ps.search(_model(), TARGET, work, runner=counting, variants=1, progress=False, tiles=tiles).values()
@@ -121,7 +122,7 @@ def test_measurements_made_with_other_tuned_tiles_are_not_reused(searched: Searc
 def test_default_plan_is_measured_and_never_beaten_by_the_winner(searched: Searched) -> None:
     (record,) = searched.records.values()
     graph = next(iter(ps.npu_partitions(_model(), TARGET).values()))
-    untuned = plan_partition(graph, tvm_npu.parse_target(TARGET))
+    untuned = schedule_partition(graph, tvm_npu.parse_target(TARGET))
     (default,) = [m for m in record.variants if m.default]
     assert default is record.variants[0]
     assert default.choice == PlanChoice.of(untuned, 3)
@@ -130,7 +131,7 @@ def test_default_plan_is_measured_and_never_beaten_by_the_winner(searched: Searc
 
 
 def test_build_with_recorded_choices_runs_in_the_measured_cycles(searched: Searched) -> None:
-    choices = ps.load_choices(searched.work_dir, TARGET)
+    choices = database.load_choices(searched.work_dir, TARGET)
     (key, record), = searched.records.items()
     assert choices == {key: record.best.choice}
     assert _cycles(choices) == record.best.cycles
@@ -141,14 +142,14 @@ def test_build_with_recorded_choices_runs_in_the_measured_cycles(searched: Searc
 def test_choice_reproduces_its_plan_and_a_stale_one_falls_back() -> None:
     graph = next(iter(ps.npu_partitions(_model(), TARGET).values()))
     target = tvm_npu.parse_target(TARGET)
-    default = plan_partition(graph, target)
+    default = schedule_partition(graph, target)
     assert default.groups, "the case needs a layer group"
-    assert plan_partition(graph, target, choice=PlanChoice.of(default, 3)).to_json() == default.to_json()
+    assert schedule_partition(graph, target, choice=PlanChoice.of(default, 3)).to_json() == default.to_json()
     for v in ps.variants(graph, target, VARIANTS):
-        assert plan_partition(graph, target, choice=v.choice).to_json() == v.plan.to_json()
+        assert schedule_partition(graph, target, choice=v.choice).to_json() == v.plan.to_json()
     stale = PlanChoice(3, (GroupChoice(3, len(default.ops) + 2, 2),))
     with pytest.warns(PlanChoiceWarning, match="does not apply"):
-        assert plan_partition(graph, target, choice=stale).to_json() == default.to_json()
+        assert schedule_partition(graph, target, choice=stale).to_json() == default.to_json()
 
 
 def test_partition_key_is_name_and_weight_free_but_target_and_shape_bound() -> None:
@@ -166,7 +167,7 @@ def test_bad_search_arguments(tmp_path: Path) -> None:
     for kw in ({"variants": 0}, {"rounds": 0}):
         with pytest.raises(ValueError, match="accepted: 1 or more"):
             ps.search(_model(), TARGET, tmp_path, progress=False, **kw)
-    assert not (tmp_path / ps.PLANS_FILE).exists()
+    assert not (tmp_path / database.PLANS_FILE).exists()
 
 
 def test_plan_choice_json_round_trip_and_bad_choices() -> None:
@@ -189,28 +190,28 @@ def _write_one(work: Path, target: str) -> str:
 
 def test_records_of_another_target_are_ignored(tmp_path: Path) -> None:
     key = _write_one(tmp_path, TARGET)
-    assert ps.load_choices(tmp_path, TARGET) == {key: PlanChoice(3, (GroupChoice(0, 3, 6),))}
+    assert database.load_choices(tmp_path, TARGET) == {key: PlanChoice(3, (GroupChoice(0, 3, 6),))}
     with pytest.warns(UserWarning, match="no plan records for target"):
-        assert ps.load_choices(tmp_path, "npu -fusion=3") == {}
-    assert ps.load_choices(tmp_path / "empty", TARGET) == {}  # no file: nothing recorded
+        assert database.load_choices(tmp_path, "npu -fusion=3") == {}
+    assert database.load_choices(tmp_path / "empty", TARGET) == {}  # no file: nothing recorded
 
 
 def test_truncated_or_edited_records_give_a_one_line_error(tmp_path: Path) -> None:
     _write_one(tmp_path, TARGET)
-    path = tmp_path / ps.PLANS_FILE
+    path = tmp_path / database.PLANS_FILE
     text = path.read_text()
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ValueError, match=r"npu_plans\.json: malformed plan records \(JSONDecodeError") as e:
-        ps.load_choices(tmp_path, TARGET)
+        database.load_choices(tmp_path, TARGET)
     assert "\n" not in str(e.value)
     data = json.loads(text)
     data["partitions"]["k0"]["best"]["cycles"] = 1  # a winner that is not the fastest measured
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="not the fastest measured"):
-        ps.load_choices(tmp_path, TARGET)
+        database.load_choices(tmp_path, TARGET)
     path.write_text(json.dumps({**data, "version": 99}))
     with pytest.raises(ValueError, match="version 99"):
-        ps.load_choices(tmp_path, TARGET)
+        database.load_choices(tmp_path, TARGET)
 
 
 def test_failed_measurements_are_recorded_as_failed(tmp_path: Path) -> None:
@@ -221,7 +222,7 @@ def test_failed_measurements_are_recorded_as_failed(tmp_path: Path) -> None:
         runner.shutdown()
     assert [m.cycles for m in record.variants] == [None]
     assert all(m.error for m in record.variants) and record.best is None
-    assert ps.load_choices(tmp_path, TARGET) == {}
+    assert database.load_choices(tmp_path, TARGET) == {}
 
 
 @pytest.mark.benchmark
@@ -230,7 +231,7 @@ def test_benchmark_searched_plans_against_untuned(name: str, tmp_path: Path) -> 
     """fp32 at ``npu -fusion=3``: simulated cycles of the untuned build and of the build with the searched
     plans, and what the search measured (printed; run with ``-s``)."""
     target = "npu -fusion=3"
-    model = tvm_npu.zoo.BUNDLED[name]()
+    model = tvm_npu.models.bundled.BUNDLED[name]()
     inputs = default_inputs(model)
     start = time.perf_counter()
     runner = NpuLocalRunner(workers=2)
@@ -246,7 +247,7 @@ def test_benchmark_searched_plans_against_untuned(name: str, tmp_path: Path) -> 
         for m in r.variants:
             print(f"  {m.cycles or 'failed':>10} cycles  predicted {m.predicted:12,.0f}  {m.choice}")
     cycles = {label: _profile(model, target, inputs, choices).total_cycles
-              for label, choices in (("untuned", None), ("searched", ps.load_choices(tmp_path, target)))}
+              for label, choices in (("untuned", None), ("searched", database.load_choices(tmp_path, target)))}
     print(f"{name}: model cycles untuned {cycles['untuned']:,} searched {cycles['searched']:,} "
           f"({cycles['untuned'] / cycles['searched']:.4f}x)")
     assert cycles["searched"] <= cycles["untuned"]

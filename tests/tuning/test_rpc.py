@@ -1,5 +1,5 @@
-"""Measuring through TVM's RPC: a tracker and two ``tvm_npu.rpc_server`` processes on 127.0.0.1
-(:class:`~tvm_npu.rpc_server.LocalCluster`: each process in its own process group, killed by group)."""
+"""Measuring through TVM's RPC: a tracker and two ``tvm_npu.tuning.rpc_server`` processes on 127.0.0.1
+(:class:`~tvm_npu.tuning.rpc_server.LocalCluster`: each process in its own process group, killed by group)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ from tvm.rpc import base
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerInput, RunnerResult
 from tvm_npu.codegen.operator import standalone_program
 from tvm_npu.simulator.workloads import streaming
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 import tvm_npu
-from tvm_npu import plan_search, rpc_server, tuning
-from tvm_npu.artifact import Artifact
 from tvm_npu.config import parse_target
-from tvm_npu.measure import free_servers, measure_artifact, rpc_runner, write_artifact
-from tvm_npu.models import tiny_convnet
-from tvm_npu.rpc_server import LocalCluster, free_port
+from tvm_npu.core.artifact import Artifact
+from tvm_npu.models.light import tiny_convnet
+from tvm_npu.tuning import database, rpc_server
+from tvm_npu.tuning import tuner as tuning
+from tvm_npu.tuning.measure import free_servers, measure_artifact, rpc_runner, write_artifact
+from tvm_npu.tuning.rpc_server import LocalCluster, free_port
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     folder = tmp_path_factory.mktemp("artifacts")
     paths = []
     for spec in (conv(16, 32, 16), conv(32, 32, 8, k=1), matmul(64, 96, 64)):
-        for tile, _ in planner.legal(spec, npu.hw, npu.options)[:3]:
+        for tile, _ in tile_search.legal(spec, npu.hw, npu.options)[:3]:
             program, _ = standalone_program(spec, tile, npu.hw)
             blob = Artifact.pack("op", str(npu), [t.name for t in spec.inputs], [spec.out.name], [], program)
             paths.append(write_artifact(blob, folder))
@@ -172,7 +173,7 @@ def test_tuning_through_rpc_gives_the_same_best_records_as_local(tmp_path: Path)
         assert all("start serving" in cluster.log(f"server{i}") for i in range(2))  # both servers measured
     assert len(_best(local)) >= 4
     assert _best(remote) == _best(local)  # per operator: best seconds, its tile, successful trials
-    assert plan_search.load_choices(remote, "npu") == plan_search.load_choices(local, "npu")
+    assert database.load_choices(remote, "npu") == database.load_choices(local, "npu")
 
 
 @pytest.mark.benchmark

@@ -12,15 +12,16 @@ from helpers import conv, matmul
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import s_tir
-from tvm_npu.tir_schedules import planner
+from tvm_npu.tir_schedules import tile_search
 
 import tvm_npu
-from tvm_npu import tuning
 from tvm_npu.config import CompilerOptions, HardwareConfig, parse_target
-from tvm_npu.measure import measure_artifact
-from tvm_npu.models import tiny_convnet
-from tvm_npu.ops import spec_key
-from tvm_npu.tiles import tile_to_json
+from tvm_npu.core.ops import spec_key
+from tvm_npu.core.tiles import tile_to_json
+from tvm_npu.models.light import tiny_convnet
+from tvm_npu.tuning import space
+from tvm_npu.tuning import tuner as tuning
+from tvm_npu.tuning.measure import measure_artifact
 
 SPECS = [conv(32, 32, 16, k=3, pad=1, epi=("bias", "relu")), conv(32, 64, 16, k=1, stride=2),
          conv(32, 32, 14, k=3, pad=1, groups=32), matmul(4, 64, 96)]
@@ -34,7 +35,7 @@ def _workload(spec, target: str = "npu"):
 def test_every_legal_tile_is_one_point_of_the_design_space(spec) -> None:
     mod = _workload(spec)
     space = tuning.space_of(mod["main"])
-    assert {t.stages for t in space.tiles} == set(tuning.STAGES)  # pipeline depth is searched too
+    assert {t.stages for t in space.tiles} == set(space.STAGES)  # pipeline depth is searched too
     for tile in space.tiles:  # the decisions that select a tile replay to exactly that tile
         sch = s_tir.Schedule(mod)
         tuning.trace_for(mod, tile).apply_to_schedule(sch, remove_postproc=True)
@@ -50,7 +51,7 @@ def test_sampled_points_are_legal_or_rejected_by_the_postprocessor(seed: int) ->
     tuning.design_space(sch)
     tile = tuning.tile_of(sch.mod)
     legal_tile = tile in space.legal
-    fits = planner.footprint(SPECS[0], tile, HardwareConfig(max_sram_bytes=65536)) <= 65536
+    fits = tile_search.footprint(SPECS[0], tile, HardwareConfig(max_sram_bytes=65536)) <= 65536
     assert legal_tile <= fits  # what the postprocessor accepts always fits the SRAM
     LegalTile = tuning._components()[0]
     assert LegalTile().apply(sch) == legal_tile
@@ -59,8 +60,8 @@ def test_sampled_points_are_legal_or_rejected_by_the_postprocessor(seed: int) ->
 def test_a_candidate_is_measured_as_the_simulator_times_it() -> None:
     spec = SPECS[0]
     npu = parse_target("npu")
-    tile = planner.choose(spec, npu.hw, npu.options)
-    path = tuning.build_candidate(tvm_npu.plan.spec_to_json(spec), json.dumps(tile_to_json(tile)), str(npu), None)
+    tile = tile_search.choose(spec, npu.hw, npu.options)
+    path = tuning.build_candidate(tvm_npu.core.plan.spec_to_json(spec), json.dumps(tile_to_json(tile)), str(npu), None)
     from tvm_npu.codegen.operator import standalone_program
     from tvm_npu.simulator import Simulator
 
@@ -91,7 +92,7 @@ def work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 
 def test_tuning_writes_meta_schedules_json_database(work_dir: tuple[Path, list]) -> None:
     path, results = work_dir
-    assert (path / tuning.WORKLOAD_FILE).is_file() and (path / tuning.RECORD_FILE).is_file()
+    assert (path / space.WORKLOAD_FILE).is_file() and (path / space.RECORD_FILE).is_file()
     db = tuning.open_database(path, create=False)
     records = db.get_all_tuning_records()
     assert len(records) >= len(results) >= 4  # every distinct operator has at least its default measured
@@ -111,9 +112,9 @@ def test_tuning_never_loses_to_the_cost_model(work_dir: tuple[Path, list]) -> No
     assert sum(r.trials for r in results) > len(results)  # the search measured more than the defaults
     measured = tuning.measurements(path, "npu")
     npu = parse_target("npu")
-    for task in tuning.extract_tasks(tvm_npu.driver.plan_model(tiny_convnet(), npu)):
+    for task in tuning.extract_tasks(tvm_npu.compiler.driver.partition_plans(tiny_convnet(), npu)):
         result = next(r for r in results if r.key == task.key)  # "default" is the cost model's own tile
-        assert result.default_seconds == measured[task.key][planner.choose(task.spec, npu.hw, npu.options)]
+        assert result.default_seconds == measured[task.key][tile_search.choose(task.spec, npu.hw, npu.options)]
 
 
 def test_build_with_the_database_compiles_the_best_tiles(work_dir: tuple[Path, list], tmp_path: Path) -> None:
@@ -136,9 +137,9 @@ def test_a_record_cut_short_is_dropped_and_other_damage_is_named(work_dir: tuple
     path, _ = work_dir
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in (tuning.WORKLOAD_FILE, tuning.RECORD_FILE):
+    for name in (space.WORKLOAD_FILE, space.RECORD_FILE):
         (copy / name).write_text((path / name).read_text())
-    records = copy / tuning.RECORD_FILE
+    records = copy / space.RECORD_FILE
     good = records.read_text()
     records.write_text(good + good.splitlines()[0][:40])  # an interrupted append
     with pytest.warns(UserWarning, match="cut short"):
@@ -171,9 +172,9 @@ def test_chosen_tiles_fit_every_budget(spec, budget: int) -> None:
     hw = HardwareConfig(max_sram_bytes=budget)
     for stages in (1, 2, 3):
         opts = CompilerOptions(pipeline_stages=stages)
-        if not planner.fits(spec, hw, opts):
-            with pytest.raises(planner.NoTileFits):
-                planner.choose(spec, hw, opts)
+        if not tile_search.fits(spec, hw, opts):
+            with pytest.raises(tile_search.NoTileFits):
+                tile_search.choose(spec, hw, opts)
             continue
-        tile = planner.choose(spec, hw, opts)
-        assert planner.footprint(spec, tile, hw) <= budget
+        tile = tile_search.choose(spec, hw, opts)
+        assert tile_search.footprint(spec, tile, hw) <= budget
