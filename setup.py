@@ -4,7 +4,7 @@ from setuptools import setup
 
 STAGES = ("relay_patterns", "tir_schedules", "codegen", "simulator")
 # the subpackages of tvm_npu/ itself, one job each (docs/architecture.md, "Floors")
-FLOORS = ("core", "runtime", "models", "compiler", "tuning", "report", "tools")
+FLOORS = ("core", "runtime", "models", "compiler", "tuning", "report", "tools", "testing")
 # meta_schedule's XGBoost cost model (the CPU build: the default wheel pulls in 470 MB of CUDA NCCL)
 # and TVM's RPC tracker and popen workers (what apache-tvm[rpc] lists)
 TUNE = ["xgboost-cpu>=2.1", "tornado>=6", "psutil>=5.9", "cloudpickle>=2"]
@@ -27,7 +27,8 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17", "onnxconverter-common>=1.16",
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "ruff>=0.6", "onnxruntime>=1.17",
+                 "onnxconverter-common>=1.16",
                  *TUNE],
         "quantize": ["onnxruntime>=1.17"],
         "benchmark": ["onnxruntime>=1.17"],  # the CPU reference column of bench and benchmarks/compare_llvm.py

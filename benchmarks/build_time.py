@@ -29,14 +29,14 @@ RESULTS = Path(__file__).parent / "results"
 MODELS = ("light_resnet50", "light_densenet121", "mobilenet_v2", "light_squeezenet")
 #: NPU build time / llvm build time, at most (issue 12).
 GOALS = {"light_resnet50": 2.0, "light_densenet121": 3.0}
-STAGES = ("import", "bind", "canonicalize", "precision", "layout", "fold-layout", "partition", "plan", "codegen",
+STAGES = ("import", "bind", "canonicalize", "precision", "layout", "fold-layout", "partition", "schedule", "codegen",
           "host")
 
 
 def child(model: str, target: str) -> dict[str, Any]:
     """One repetition, in this process: warm-up, llvm build, NPU build."""
     import tvm_npu
-    from tvm_npu.models.bundled import BUNDLED
+    from tvm_npu.models.registry import BUNDLED
 
     tvm_npu.build_reference(BUNDLED["tiny_convnet"]())
     proto = BUNDLED[model]()
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.target)))
         return 0
-    from tvm_npu.models.bundled import BUNDLED
+    from tvm_npu.models.registry import BUNDLED
     from tvm_npu.tools.bench import environment
 
     unknown = [m for m in args.models if m not in BUNDLED]

@@ -11,7 +11,8 @@ on it: the environment is stored with the figures.
 Models: ``tiny_convnet``, every ``light_*`` model shipped with onnx (weights randomised with
 seed 0, so the output comparison means something; a model whose build fails is skipped
 and reported), and a transformer-style block (attention with softmax, a gelu MLP) built
-with ``relax.BlockBuilder``. ``--quick`` runs tiny_convnet, light_squeezenet and the block.
+with ``relax.BlockBuilder`` (the table: :func:`tvm_npu.models.registry.benchmark_models`).
+``--quick`` runs tiny_convnet, light_squeezenet and the block.
 Writes ``compare_llvm.json``, the latency plot ``compare_llvm.png`` and ``compare_llvm_efficiency.png``
 (``--quick``: with a ``_quick`` suffix, so a short run never overwrites the full results).
 """
@@ -22,21 +23,15 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import tvm
 from matplotlib.figure import Figure
-from tvm import relax
-from tvm.script import relax as R
 
 from tvm_npu.config import parse_target
-from tvm_npu.models.light import randomize_weights
+from tvm_npu.models.registry import QUICK, benchmark_models
 from tvm_npu.tools.bench import (
-    BUNDLED,
     BenchResult,
-    LoadedModel,
     bench,
     default_inputs,
     environment,
@@ -44,45 +39,6 @@ from tvm_npu.tools.bench import (
 )
 
 RESULTS = Path(__file__).parent / "results"
-QUICK = ("tiny_convnet", "light_squeezenet", "transformer_block")
-
-
-def transformer_block(seq: int = 64, dim: int = 128, hidden: int = 512, seed: int = 0) -> tvm.IRModule:
-    """One pre-norm-free transformer layer on ``seq x dim`` tokens: single-head attention
-    (q, k, v projections, ``softmax(q k^T / sqrt(dim)) v``, output projection, residual)
-    and an MLP (``gelu(x W1 + b1) W2 + b2``, residual)."""
-    rng = np.random.default_rng(seed)
-
-    def const(*shape: int, scale: float) -> relax.Constant:
-        return relax.const(rng.normal(0.0, scale, shape).astype(np.float32))
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((seq, dim), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            w = 1 / np.sqrt(dim)
-            q, k, v = (bb.emit(R.matmul(x, const(dim, dim, scale=w))) for _ in range(3))
-            scores = bb.emit(R.multiply(bb.emit(R.matmul(q, bb.emit(R.permute_dims(k)))),
-                                        relax.const(np.float32(w))))
-            attn = bb.emit(R.matmul(bb.emit(R.nn.softmax(scores, axis=-1)), v))
-            h = bb.emit(R.add(bb.emit(R.matmul(attn, const(dim, dim, scale=w))), x))
-            up = bb.emit(R.nn.gelu(bb.emit(R.add(bb.emit(R.matmul(h, const(dim, hidden, scale=w))),
-                                                 const(hidden, scale=0.1)))))
-            down = bb.emit(R.add(bb.emit(R.matmul(up, const(hidden, dim, scale=1 / np.sqrt(hidden)))),
-                                 const(dim, scale=0.1)))
-            out = bb.emit_output(bb.emit(R.add(down, h)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
-def models(quick: bool) -> dict[str, Callable[[], LoadedModel]]:
-    """Name -> loader, in the order they are benchmarked."""
-    table: dict[str, Callable[[], LoadedModel]] = {"tiny_convnet": BUNDLED["tiny_convnet"]}
-    for name, load in BUNDLED.items():
-        if name.startswith("light_"):
-            table[name] = lambda load=load: randomize_weights(load(), seed=0)
-    table["transformer_block"] = transformer_block
-    return {k: v for k, v in table.items() if k in QUICK} if quick else table
 
 
 def bar_plot(path: Path, names: list[str], series: dict[str, list[float]], ylabel: str, title: str,
@@ -173,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "complete": complete, "total_seconds": time.perf_counter() - start,
                                     "models": [r.to_json() for r in results], "skipped": skipped}, indent=1) + "\n")
 
-    for name, load in models(args.quick).items():
+    for name, load in benchmark_models(args.quick).items():
         try:
             model = load()
             result = bench(name, model, target, default_inputs(model), repeat=repeat, host=args.host_target)

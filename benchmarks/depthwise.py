@@ -1,7 +1,8 @@
 """Depthwise convolutions on the tensor engine only, and with the planner free to use the vector engine.
 
-Builds each model twice in this process (the tensor-engine-only build refuses vector-engine tiles
-through the conv2d kind's ``admits``), runs both on the simulator against llvm and writes the model
+Builds each model twice in this process (the tensor-engine-only build with the target option
+``-depthwise-engine=tensor``, which ``PassContext(disabled_pass=["npu.schedule.depthwise-vector"])``
+also sets), runs both on the simulator against llvm and writes the model
 figures and the per-layer rows of every depthwise convolution to ``results/depthwise.json``::
 
     .venv/bin/python benchmarks/depthwise.py [light_shufflenet mobilenet_v2 ...]
@@ -15,9 +16,6 @@ import re
 import sys
 from pathlib import Path
 
-from tvm_npu.tir_schedules import conv2d, tile_search
-
-from tvm_npu.core.tiles import ConvEngine
 from tvm_npu.models.light import randomize_weights
 from tvm_npu.tools.bench import compare, default_inputs, resolve_model
 
@@ -34,17 +32,10 @@ def depthwise(description: str) -> bool:
 
 def _run(name: str, vector: bool) -> dict:
     """One build and run; ``vector=False`` keeps every convolution on the tensor engine."""
-    original = conv2d.Conv2d.admits
-    if not vector:
-        conv2d.Conv2d.admits = lambda self, spec, tile: tile.engine == ConvEngine.TENSOR and original(self, spec, tile)
-    tile_search._CHOICES.clear()
-    try:
-        display, model = resolve_model(name)
-        model = randomize_weights(model, seed=0)
-        cmp = compare(display, model, "npu", default_inputs(model), repeat=1, progress=False)
-    finally:
-        conv2d.Conv2d.admits = original
-        tile_search._CHOICES.clear()
+    display, model = resolve_model(name)
+    model = randomize_weights(model, seed=0)
+    target = "npu" if vector else "npu -depthwise-engine=tensor"
+    cmp = compare(display, model, target, default_inputs(model), repeat=1, progress=False)
     r, rep = cmp.result, cmp.report
     layers = [{"name": x.name, "description": x.description, "tile": x.tile, "cycles": x.cycles,
                "bound_cycles": x.bound_cycles, "efficiency": x.efficiency, "predicted_cycles": x.predicted_cycles}

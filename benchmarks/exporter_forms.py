@@ -17,36 +17,29 @@ import argparse
 import json
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import tvm
-from tvm_npu.relay_patterns import canonicalize
 
 import tvm_npu
-import tvm_npu.compiler.onnx_import
+from tvm_npu.compiler.onnx_import import IMPORT_REWRITES
 from tvm_npu.models import bundled as zoo
 from tvm_npu.tools.bench import profile_model
 
 RESULTS = Path(__file__).parent / "results"
 
 
-@contextmanager
-def exporter_handling(enabled: bool):
-    """Turn the ONNX preprocessing and the activation canonicalisation off (``enabled=False``)."""
-    if enabled:
-        yield
-        return
-    prepare, canon = tvm_npu.compiler.onnx_import.prepare, canonicalize._canonical_activations
-    tvm_npu.compiler.onnx_import.prepare = lambda model: model
-    canonicalize._canonical_activations = lambda func: func
-    try:
-        yield
-    finally:
-        tvm_npu.compiler.onnx_import.prepare, canonicalize._canonical_activations = prepare, canon
+#: The switches of this part (``tvm_npu.compiler.driver.SWITCHES``): every rewrite of the ONNX import and the
+#: activation canonicalisation.
+EXPORTER_SWITCHES = [*IMPORT_REWRITES, "npu.canonicalize.activations"]
+
+
+def exporter_handling(enabled: bool) -> tvm.transform.PassContext:
+    """A context with the ONNX preprocessing and the activation canonicalisation off (``enabled=False``)."""
+    return tvm.transform.PassContext(disabled_pass=[] if enabled else EXPORTER_SWITCHES)
 
 
 def _steps(info: tvm_npu.BuildInfo) -> dict[str, int]:

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare_llvm import models as benchmark_models
-
+from tvm_npu.models.registry import benchmark_models
 from tvm_npu.tools.bench import build_model, default_inputs, profile_model
 
 TARGETS = {

@@ -37,25 +37,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+import onnx
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
-import onnx  # noqa: E402
-from graphs import PRECISIONS, FuzzGraph, graphs, targets  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis import seed as hypothesis_seed  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from known_bugs import known_bug  # noqa: E402
-from oracle import Outcome, case_repro  # noqa: E402
+from tvm_npu.testing.graphs import PRECISIONS, FuzzGraph, graphs, targets
+from tvm_npu.testing.known_bugs import known_bug
+from tvm_npu.testing.oracle import Outcome, case_repro
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------------ worker
-def _worker(conn: Any, fuzz_dir: str) -> None:
-    sys.path.insert(0, fuzz_dir)
+def _worker(conn: Any) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from oracle import run_case
+    from tvm_npu.testing.oracle import run_case
 
     while True:
         try:
@@ -81,7 +80,7 @@ class Worker:
 
     def _start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker, args=(child, str(ROOT / "tests" / "fuzz")), daemon=True)
+        self.proc = self.ctx.Process(target=_worker, args=(child,), daemon=True)
         self.proc.start()
         child.close()
         self.conn, self.served = parent, 0

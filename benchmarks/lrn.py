@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from tvm_npu.relay_patterns.lrn import lrn_to_pool
+import tvm
 
 import tvm_npu
-from tvm_npu.compiler import driver
 from tvm_npu.models.light import randomize_weights
 from tvm_npu.tools.bench import default_inputs, input_names, model_report, profile_model, resolve_model
 
@@ -30,13 +29,9 @@ def measure(name: str, lrn: bool = True) -> dict[str, object]:
     _, model = resolve_model(name)
     model = randomize_weights(model, 0)
     (x,), (inp,) = default_inputs(model), input_names(model)  # the ONNX backend test's input, as ``bench``
-    passes = driver.canonicalize_passes
-    if not lrn:  # the pipeline without the rewrite
-        driver.canonicalize_passes = lambda: [p for p in passes() if p is not lrn_to_pool]
-    try:
+    # the pipeline without the rewrite: its switch (tvm_npu.compiler.driver.SWITCHES) turned off
+    with tvm.transform.PassContext(disabled_pass=[] if lrn else ["npu.canonicalize.lrn"]):
         ex, info = tvm_npu.build_with_info(model, "npu")
-    finally:
-        driver.canonicalize_passes = passes
     outs, prof, _ = profile_model(ex, [x])
     out = outs[0]
     _, timed, _ = profile_model(ex, [x], trace=True, timing_only=True)

@@ -30,10 +30,8 @@ import onnx
 
 from tvm_npu.config import parse_target
 from tvm_npu.models.light import randomize_weights
+from tvm_npu.models.registry import transformer_block
 from tvm_npu.tools.bench import BUNDLED, LoadedModel, compare, default_inputs, environment, input_names
-
-sys.path.insert(0, str(Path(__file__).parent))
-from compare_llvm import transformer_block  # benchmarks/ is not a package
 
 RESULTS = Path(__file__).parent / "results"
 #: The eleven benchmark models, then the exporter-style ones (bundled by ``tvm_npu.models.bundled``).

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 from tvm_npu.simulator import Simulator, encode_program
-from tvm_npu.simulator.workloads import streaming, tiled_matmul
 
 from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.testing.workloads import streaming, tiled_matmul
 
 #: Timing-only instructions per second below which the benchmark fails.
 TIMING_ONLY_FLOOR = 200_000

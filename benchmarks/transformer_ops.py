@@ -1,6 +1,6 @@
 """Transformer models on the NPU: cycles, efficiency, host operators and partitions.
 
-Measures ``compare_llvm.transformer_block`` and the bundled exporter-style transformers
+Measures ``tvm_npu.models.registry.transformer_block`` and the bundled exporter-style transformers
 (``tvm_npu.models.bundled``: BERT-base layer, ViT-Tiny, Swin-T stage) with ``tvm_npu.tools.bench.bench`` (NPU
 build, one llvm run for the reference, a timing and a functional simulation). Writes
 ``results/transformer_ops.json``. ``--quick`` runs the block and small configurations only.
@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from compare_llvm import transformer_block
-
 from tvm_npu.models import bundled as zoo
+from tvm_npu.models.registry import transformer_block
 from tvm_npu.tools.bench import bench, default_inputs, environment
 
 RESULTS = Path(__file__).parent / "results"

@@ -4,34 +4,21 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from tvm_npu.simulator import ProgramBuilder, isa
-from tvm_npu.tir_schedules import schedule
 
 from tvm_npu.config import HardwareConfig
 from tvm_npu.core.ops import OpSpec, TensorRef
 from tvm_npu.core.tiles import TileParams
 from tvm_npu.core.views import map_refs, without_views
 
-from .emit import OperatorEmitter, Resident, Template
-from .lower import lower
+from .compile_op import Compiled, Dump
+from .compile_op import compile_spec as _compile
+from .emit import OperatorEmitter, Resident
 from .sync import insert_semaphores
-from .tir_walk import CompiledWalk, compile_walk
 from .worker import compile_all
-
-#: Receives (stage name, text) for every intermediate form when dumping is on.
-Dump = Callable[[str, str], None]
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """An operator scheduled, lowered and translated for the emitter (no addresses yet; plain data)."""
-
-    template: Template
-    walk: CompiledWalk
-
 
 #: Compiled operators by name-free signature (:func:`canonical`), so identical operators (ResNet's
 #: repeated blocks, a layer group's slices) are scheduled, lowered and walked once per process.
@@ -64,19 +51,6 @@ def canonical(spec: OpSpec) -> tuple[OpSpec, dict[str, str]]:
     return replace(map_refs(spec, rename), name="npu_op"), {new: old for old, new in names.items()}
 
 
-def _compile(spec: OpSpec, tile: TileParams, dump: Dump | None = None) -> Compiled:
-    scheduled = schedule(spec, tile)
-    lowered = lower(scheduled.sch.mod)
-    walk = compile_walk(lowered["main"])
-    if dump is not None:
-        dump("0_spec", f"{spec}\n{tile}\n")
-        dump("1_scheduled_tir", scheduled.sch.mod.script())
-        dump("2_schedule_trace", str(scheduled.sch.trace))
-        dump("3_lowered_tir", lowered.script())
-        dump("4_walk", walk.source)
-    return Compiled(Template.of(scheduled), walk)
-
-
 def _remember(key: tuple[OpSpec, TileParams], value: Compiled) -> None:
     _COMPILED[key] = value
     _COMPILED.move_to_end(key)
@@ -103,15 +77,6 @@ def worker_count(distinct: int) -> int:
             raise ValueError(f"${WORKERS_ENV}={env!r}: expected a number of worker processes (0: none)")
         cap = min(cap, int(env))
     return max(0, min(cap, distinct // MIN_PER_WORKER))
-
-
-def compile_plain(spec: OpSpec, tile: TileParams) -> Compiled | None:
-    """A worker's task (:mod:`.worker`). A failure gives None: the operator is then compiled again where
-    it is emitted, which raises the error there as without workers."""
-    try:
-        return _compile(spec, tile)
-    except Exception:
-        return None
 
 
 def precompile(operators: Iterable[tuple[OpSpec, TileParams]]) -> None:

@@ -15,8 +15,8 @@ import numpy as np
 from tvm_npu.simulator import ProgramBuilder, disassemble, isa
 from tvm_npu.tir_schedules import kind_of
 
-from tvm_npu.core.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.config import HardwareConfig
+from tvm_npu.core.artifact import Artifact, GroupInfo, LayerInfo
 from tvm_npu.core.ops import OpSpec
 from tvm_npu.core.plan import GroupPlan, OpPlan, PartitionPlan, slice_name
 from tvm_npu.core.tiles import TileParams, tile_to_json

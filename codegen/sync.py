@@ -30,11 +30,6 @@ from tvm_npu.config import HardwareConfig
 Range = tuple[int, int]
 
 
-def sram_footprint(ins: isa.Instruction) -> tuple[list[Range], list[Range]]:
-    """Byte ranges an instruction reads and writes in SRAM (bounding boxes of its :meth:`accesses`)."""
-    return _footprint(ins.accesses())
-
-
 def _footprint(accesses: Sequence[isa.Access]) -> tuple[list[Range], list[Range]]:
     reads: list[Range] = []
     writes: list[Range] = []
@@ -71,14 +66,7 @@ def insert_semaphores(
     dram_write: dict[tuple[int, isa.Engine], list[_Dram]] = {}
     dram_read: dict[tuple[int, isa.Engine], list[_Dram]] = {}
     waited = {(f, e): -1 for f in engines for e in engines}
-    sem_of = {}
-    for f in engines:
-        for e in engines:
-            if f != e:
-                sem_of[(f, e)] = len(sem_of)
-    if len(sem_of) > hw.num_semaphores:
-        raise ValueError(f"the synchronisation pass needs {len(sem_of)} semaphores; "
-                         f"-num-semaphores={hw.num_semaphores}")
+    sem_of = _semaphore_ids(hw, engines)
     strides = [row_major(shape) for shape in shapes or ()]
     waits_before: dict[int, list[isa.Wait]] = {}
     signals_after: dict[int, list[isa.Signal]] = {}
@@ -90,28 +78,12 @@ def insert_semaphores(
         accesses = ins.accesses()
         reads, writes = _footprint(accesses)
         need = {f: -1 for f in engines if f != e}
-
-        def dep(arr: np.ndarray, rngs: list[Range], need: dict = need) -> None:
-            for lo, hi in rngs:
-                a, b = lo // g, -(-hi // g)
-                if b <= a:
-                    continue
-                latest = arr[:, a:b].max(axis=1).tolist()  # every engine at once
-                for f in need:
-                    if latest[f] > need[f]:
-                        need[f] = latest[f]
-
-        dep(last_write, reads + writes)
-        dep(last_read, writes)
+        _need_sram(last_write, reads + writes, g, need)
+        _need_sram(last_read, writes, g, need)
         dram = [_Dram(acc, e, i, None if shapes is None else box(acc, shapes[acc.tensor], strides[acc.tensor]),
                       acc.extent)
                 for acc in accesses if acc.space == isa.Space.DRAM]
-        for d in dram:
-            for f in need:
-                for earlier in (dram_write, dram_read) if d.acc.write else (dram_write,):
-                    # an access at or before what ``e`` already waits for cannot add a wait: stop there
-                    j = _latest_overlap(earlier.get((d.acc.tensor, f), ()), d, max(need[f], waited[(f, e)]))
-                    need[f] = max(need[f], j)
+        _need_dram(dram, e, need, waited, dram_write, dram_read)
         for f, j in need.items():
             if j > waited[(f, e)]:
                 sem = sem_of[(f, e)]
@@ -127,7 +99,54 @@ def insert_semaphores(
                 dram_read.setdefault((d.acc.tensor, e), []).append(d)
             if d.acc.write:
                 dram_write.setdefault((d.acc.tensor, e), []).append(d)
+    return _interleave(instructions, meta, waits_before, signals_after)
 
+
+def _semaphore_ids(hw: HardwareConfig, engines: Sequence[isa.Engine]) -> dict[tuple[isa.Engine, isa.Engine], int]:
+    """The semaphore of each ordered pair of distinct engines (signalling, waiting); ValueError when
+    the hardware has too few."""
+    sem_of = {}
+    for f in engines:
+        for e in engines:
+            if f != e:
+                sem_of[(f, e)] = len(sem_of)
+    if len(sem_of) > hw.num_semaphores:
+        raise ValueError(f"the synchronisation pass needs {len(sem_of)} semaphores; "
+                         f"-num-semaphores={hw.num_semaphores}")
+    return sem_of
+
+
+def _need_sram(arr: np.ndarray, rngs: list[Range], g: int, need: dict[isa.Engine, int]) -> None:
+    """Raise ``need`` (per other engine, the last instruction to wait for) to the latest of ``arr``'s
+    instructions (per engine and SRAM granule of ``g`` bytes) in the byte ranges ``rngs``."""
+    for lo, hi in rngs:
+        a, b = lo // g, -(-hi // g)
+        if b <= a:
+            continue
+        latest = arr[:, a:b].max(axis=1).tolist()  # every engine at once
+        for f in need:
+            if latest[f] > need[f]:
+                need[f] = latest[f]
+
+
+def _need_dram(dram: list[_Dram], e: isa.Engine, need: dict[isa.Engine, int],
+               waited: dict[tuple[isa.Engine, isa.Engine], int], dram_write: dict[tuple[int, isa.Engine], list[_Dram]],
+               dram_read: dict[tuple[int, isa.Engine], list[_Dram]]) -> None:
+    """Raise ``need`` to the latest earlier DRAM access of another engine that the accesses ``dram``
+    (of an instruction on ``e``) overlap: writes for a read, reads and writes for a write."""
+    for d in dram:
+        for f in need:
+            for earlier in (dram_write, dram_read) if d.acc.write else (dram_write,):
+                # an access at or before what ``e`` already waits for cannot add a wait: stop there
+                j = _latest_overlap(earlier.get((d.acc.tensor, f), ()), d, max(need[f], waited[(f, e)]))
+                need[f] = max(need[f], j)
+
+
+def _interleave(instructions: Sequence[isa.Instruction], meta: Sequence[int] | None,
+                waits_before: dict[int, list[isa.Wait]],
+                signals_after: dict[int, list[isa.Signal]]) -> tuple[list[isa.Instruction], list[int]]:
+    """The instructions with their waits before and signals after them, and the tags (``meta``, else 0)
+    the inserted ones inherit from their instruction."""
     out: list[isa.Instruction] = []
     out_meta: list[int] = []
     for i, ins in enumerate(instructions):

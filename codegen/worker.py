@@ -5,7 +5,7 @@ A worker is a Python process running :func:`main`, started with :mod:`subprocess
 which re-runs a user's build script that has no ``if __name__ == "__main__"`` guard. Messages are
 length-prefixed pickles over the worker's stdin and a duplicate of its stdout (its own stdout goes to
 stderr, so nothing TVM prints can corrupt them), exchanged only between this process and the workers it
-started: tasks are canonical specs and tiles (plain dataclasses), results :class:`Compiled` records
+started: tasks are canonical specs and tiles (plain dataclasses), results :class:`~.compile_op.Compiled` records
 (plain data) or None when compiling failed there.
 """
 
@@ -112,7 +112,7 @@ def main() -> None:
     """The worker: compile each task received and send the result back (None if it failed)."""
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr, never into the channel
-    from tvm_npu.codegen.operator import compile_plain
+    from tvm_npu.codegen.compile_op import compile_plain
 
     _send(channel, _READY)
     tasks = sys.stdin.buffer

@@ -6,7 +6,7 @@ Importing this package registers the pattern table for the default target, so
 
 from tvm import relax
 
-from .canonicalize import canonical_activations, canonicalize_passes, simplify_reduce_of_stack
+from .canonicalize import CANONICALIZE_REWRITES, canonical_activations, canonicalize_passes, simplify_reduce_of_stack
 from .extract import ExtractedOp, extract_from_context, extract_op
 from .patterns import HostFallbackWarning, make_check, pattern_table
 from .precision import fp16_accumulate, fp16_averages, precision_passes
@@ -25,6 +25,7 @@ def semantic_passes() -> list:
 
 
 __all__ = [
+    "CANONICALIZE_REWRITES",
     "ExtractedOp",
     "HostFallbackWarning",
     "canonicalize_passes",

@@ -437,23 +437,51 @@ def fold_constants(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRM
     return mod
 
 
+def named(name: str, inner: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``inner`` under a stable name: ``tvm.transform.PassContext(disabled_pass=[name])`` skips it
+    (TVM's ``Sequential`` checks every pass it runs against the current context)."""
+    return tvm.transform.Sequential([inner], name=name)
+
+
+#: The named rewrites of canonicalisation, in their first order (a name that runs twice is disabled twice).
+CANONICALIZE_REWRITES: dict[str, str] = {
+    "npu.canonicalize.reduce-of-stack": "the importer's Sum / Max / Min of a stack -> chains of binary ops",
+    "npu.canonicalize.activations": "exporter forms of ReLU6, swish, hard sigmoid / swish -> one form each",
+    "npu.canonicalize.qdq": "QDQ regions -> integer operators",
+    "npu.canonicalize.fold-constants": "constant folding",
+    "npu.canonicalize.dropout": "dropout removed (inference)",
+    "npu.canonicalize.batch-norm": "inference batch-norm folded into the preceding conv2d",
+    "npu.canonicalize.decompose": "TVM's DecomposeOpsForInference (other batch-norms as elementwise ops)",
+    "npu.canonicalize.transformer-ops": "decomposed layer norms and GELUs -> one op each",
+    "npu.canonicalize.lrn": "the importer's LRN (avg_pool3d, power, divide) -> an NPU pool and epilogue",
+    "npu.canonicalize.reciprocal-divide": "x / c -> x * (1 / c) for a float constant c",
+    "npu.canonicalize.bindings": "TVM's CanonicalizeBindings and DeadCodeElimination",
+}
+
+
 def canonicalize_passes() -> list[tvm.transform.Pass]:
     """The Relax clean-up that runs before partitioning, in order (QDQ first: constant folding
-    would turn the 8-bit weights into fp32 ones)."""
+    would turn the 8-bit weights into fp32 ones). Every rewrite has a name of
+    :data:`CANONICALIZE_REWRITES` that ``PassContext(disabled_pass=[...])`` turns it off with."""
     return [
-        simplify_reduce_of_stack,  # first: a quantized residual Sum is an add for the QDQ rewrite
-        canonical_activations,  # a Clip with min/max inputs is a clip for the QDQ rewrite too
-        qdq_to_integer,
-        fold_constants,
-        remove_dropout,
-        fold_batch_norm,
-        relax.transform.DecomposeOpsForInference(),
-        simplify_reduce_of_stack,
-        canonical_activations,
-        transformer_ops,  # exporters' decomposed layer norms and GELUs -> one op each
-        lrn_to_pool,  # the importer's LRN (avg_pool3d, power, divide) -> pool over a view + epilogue
-        fold_constants,
-        reciprocal_divide,  # after folding: a batch-norm's divisor is then one constant
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.DeadCodeElimination(),
+        named("npu.canonicalize.reduce-of-stack", simplify_reduce_of_stack),  # first: a quantized residual Sum
+        # is an add for the QDQ rewrite
+        named("npu.canonicalize.activations", canonical_activations),  # a Clip with min/max inputs is a clip for
+        # the QDQ rewrite too
+        named("npu.canonicalize.qdq", qdq_to_integer),
+        named("npu.canonicalize.fold-constants", fold_constants),
+        named("npu.canonicalize.dropout", remove_dropout),
+        named("npu.canonicalize.batch-norm", fold_batch_norm),
+        named("npu.canonicalize.decompose", relax.transform.DecomposeOpsForInference()),
+        named("npu.canonicalize.reduce-of-stack", simplify_reduce_of_stack),
+        named("npu.canonicalize.activations", canonical_activations),
+        named("npu.canonicalize.transformer-ops", transformer_ops),  # exporters' decomposed layer norms and
+        # GELUs -> one op each
+        named("npu.canonicalize.lrn", lrn_to_pool),  # the importer's LRN (avg_pool3d, power, divide) -> pool
+        # over a view + epilogue
+        named("npu.canonicalize.fold-constants", fold_constants),
+        named("npu.canonicalize.reciprocal-divide", reciprocal_divide),  # after folding: a batch-norm's divisor
+        # is then one constant
+        named("npu.canonicalize.bindings", tvm.transform.Sequential([
+            relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])),
     ]

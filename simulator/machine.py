@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -263,37 +263,18 @@ class Simulator:
         done = [hazards.NOT_DONE] * len(loaded.program.instructions)
         try:
             while active:
-                best, best_t = -1, 0
-                for e in active:
-                    kind, _, value, _ = queues[e][pos[e]]
-                    t = free[e]
-                    if kind == _WAIT:
-                        signals = pending[value]
-                        if not signals:
-                            continue
-                        if signals[0] > t:
-                            t = signals[0]
-                    if best < 0 or t < best_t:
-                        best, best_t = e, t
-                if best < 0:
-                    raise DeadlockError(
-                        [(queues[e][pos[e]][1], TRACKS[e], queues[e][pos[e]][2]) for e in active]
-                    )
+                best, best_t = _earliest(active, queues, pos, free, pending)
                 kind, index, value, deps = queues[best][pos[best]]
                 if kind == _COMPUTE:
                     if deps:  # hazard candidates: each must have completed by now
-                        for i in deps:
-                            if done[i] > best_t:
-                                loaded.referee.refute(index, best_t, i, done)  # type: ignore[union-attr]
+                        _check_done(loaded, index, best_t, deps, done)
                     end = done[index] = best_t + value
                     busy[best] += value
                     if executors is not None:
                         executors[index](sram, dram)
                 elif kind == _DMA:
                     if deps:
-                        for i in deps:
-                            if done[i] > best_t:
-                                loaded.referee.refute(index, best_t, i, done)  # type: ignore[union-attr]
+                        _check_done(loaded, index, best_t, deps, done)
                     grant = best_t + latency
                     if channel_free > grant:
                         grant = channel_free
@@ -318,11 +299,43 @@ class Simulator:
                 if pos[best] == lengths[best]:
                     active.remove(best)
         except MemoryError:
-            ins = loaded.program.instructions[index]
-            raise InstructionError(
-                index, ins.opcode.name, "operands", "the instruction is too large to simulate on this host"
-            ) from None
+            raise _too_large(loaded, index) from None
         return busy, max(free)
+
+
+def _earliest(active: list[int], queues: Sequence[Sequence[tuple]], pos: list[int], free: list[int],
+              pending: list[deque[int]]) -> tuple[int, int]:
+    """The active engine whose next instruction can start first (the lowest engine on a tie) and that
+    time; a Wait can start once its semaphore was signalled. DeadlockError when none can."""
+    best, best_t = -1, 0
+    for e in active:
+        kind, _, value, _ = queues[e][pos[e]]
+        t = free[e]
+        if kind == _WAIT:
+            signals = pending[value]
+            if not signals:
+                continue
+            if signals[0] > t:
+                t = signals[0]
+        if best < 0 or t < best_t:
+            best, best_t = e, t
+    if best < 0:
+        raise DeadlockError([(queues[e][pos[e]][1], TRACKS[e], queues[e][pos[e]][2]) for e in active])
+    return best, best_t
+
+
+def _check_done(loaded: LoadedProgram, index: int, start: int, deps: Sequence[int], done: list[int]) -> None:
+    """Instruction ``index`` starts at ``start``: each of its hazard candidates ``deps`` must have
+    completed by then (the referee raises otherwise)."""
+    for i in deps:
+        if done[i] > start:
+            loaded.referee.refute(index, start, i, done)  # type: ignore[union-attr]
+
+
+def _too_large(loaded: LoadedProgram, index: int) -> InstructionError:
+    """The error for instruction ``index`` when its numerics ran out of this host's memory."""
+    ins = loaded.program.instructions[index]
+    return InstructionError(index, ins.opcode.name, "operands", "the instruction is too large to simulate on this host")
 
 
 def _name(loaded: LoadedProgram, index: int) -> str:

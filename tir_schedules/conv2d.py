@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from tvm import s_tir, te, tirx
 from tvm_npu.simulator import timing
 
-from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
+from tvm_npu.config import ACCUMULATOR, CompilerOptions, DepthwiseEngine, HardwareConfig
 from tvm_npu.core.ops import Broadcast, Conv2dSpec
 from tvm_npu.core.tiles import ConvEngine, ConvTile, Order
 
@@ -75,100 +76,147 @@ def padded_extent(out: int, tile: int, stride: int, kernel: int, dilation: int, 
     return max(size + pad, grid)
 
 
-def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tensor, dict[str, str]]:
-    """TE definition: inputs, final output and the axis names of the stages' buffers."""
-    nchw = spec.layout == "NCHW"
-    n, c, h, w = (spec.data.dim(a) for a in "NCHW")
-    o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
-    kh, kw = spec.kernel
-    (sh, sw), (dh, dw) = spec.strides, spec.dilation
-    pt, pl = spec.padding[0], spec.padding[1]
-    g = spec.groups
-    cg, og = c // g, o // g
-    hp = padded_extent(oh, tile.toh, sh, kh, dh, h, pt)
-    wp = padded_extent(ow, tile.tow, sw, kw, dw, w, pl)
-    cp = _ceil(cg, tile.tic) * tile.tic
-    dt = spec.data.dtype.np.name
-    adt = acc_dtype(spec.data.dtype)
-    grouped = g > 1
-    zero = tirx.const(spec.pad_value, dt)  # what padding reads (an 8-bit input's zero point)
-    acc_name = "acc" if spec.epilogue else spec.out.name
+@dataclass(frozen=True)
+class _Geometry:
+    """The sizes and constants :func:`compute`'s stages are defined over (names as in the spec)."""
 
-    def valid(hh, ww, cc):
+    nchw: bool
+    n: int
+    h: int
+    w: int
+    o: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    g: int
+    cg: int
+    og: int
+    hp: int
+    wp: int
+    cp: int
+    adt: str
+    zero: tirx.expr.PrimExpr  # what padding reads (an 8-bit input's zero point)
+    acc_name: str
+
+    @staticmethod
+    def of(spec: Conv2dSpec, tile: ConvTile) -> _Geometry:
+        """The geometry of ``spec`` padded for ``tile``."""
+        n, c, h, w = (spec.data.dim(a) for a in "NCHW")
+        o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
+        kh, kw = spec.kernel
+        (sh, sw), (dh, dw) = spec.strides, spec.dilation
+        pt, pl = spec.padding[0], spec.padding[1]
+        g = spec.groups
+        cg, og = c // g, o // g
+        hp = padded_extent(oh, tile.toh, sh, kh, dh, h, pt)
+        wp = padded_extent(ow, tile.tow, sw, kw, dw, w, pl)
+        cp = _ceil(cg, tile.tic) * tile.tic
+        dt = spec.data.dtype.np.name
+        return _Geometry(spec.layout == "NCHW", n, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, g, cg, og,
+                         hp, wp, cp, acc_dtype(spec.data.dtype), tirx.const(spec.pad_value, dt),
+                         "acc" if spec.epilogue else spec.out.name)
+
+    def valid(self, hh, ww, cc):
+        """Whether a padded position reads the input (else the padding value)."""
+        h, w, pt, pl, cg = self.h, self.w, self.pt, self.pl, self.cg
         return tirx.all(hh >= pt, hh < h + pt, ww >= pl, ww < w + pl, cc < cg)
 
-    if not grouped:
-        data = placeholder(spec.data)
-        weight = placeholder(spec.weight)
-        read = padded_reader(spec.data, data, pt, pl)
+    def reduce_axes(self) -> tuple[tirx.IterVar, tirx.IterVar, tirx.IterVar]:
+        """The reduction axes over input channels, kernel rows and kernel columns."""
+        rc = te.reduce_axis((0, self.cg), name="rc")
+        ry = te.reduce_axis((0, self.kh), name="ry")
+        rx = te.reduce_axis((0, self.kw), name="rx")
+        return rc, ry, rx
 
-        if nchw:
-            pad = te.compute((n, cp, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(
-                valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
-        else:
-            pad = te.compute((n, hp, wp, cp), lambda b, hh, ww, cc: tirx.if_then_else(
-                valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
-        rc = te.reduce_axis((0, cg), name="rc")
-        ry = te.reduce_axis((0, kh), name="ry")
-        rx = te.reduce_axis((0, kw), name="rx")
 
-        def term(b, oc, y, x):
-            if nchw:
-                v = pad[b, rc, y * sh + ry * dh, x * sw + rx * dw]
-            else:
-                v = pad[b, y * sh + ry * dh, x * sw + rx * dw, rc]
-            return te.sum(v.astype(adt) * weight[oc, rc, ry, rx].astype(adt), axis=[rc, ry, rx])
-
-        if nchw:
-            shape = (n, o, oh, ow)
-            acc = te.compute(shape, lambda b, oc, y, x: term(b, oc, y, x), name=acc_name)
-            axes = {"data": "NCHW", "out": "NCHW"}
-        else:
-            shape = (n, oh, ow, o)
-            acc = te.compute(shape, lambda b, y, x, oc: term(b, oc, y, x), name=acc_name)
-            axes = {"data": "NHWC", "out": "NHWC"}
-        axes["weight"] = "OIHW"
-
-        def channel_of(idx):
-            return idx[1] if nchw else idx[3]
-    else:
-        if nchw:
-            data = placeholder(spec.data, (n, g, cg, h, w))
-            pad = te.compute((n, g, cp, hp, wp), lambda b, gg, cc, hh, ww: tirx.if_then_else(
-                valid(hh, ww, cc), data[b, gg, cc, hh - pt, ww - pl], zero), name="pad")
-            shape = (n, g, og, oh, ow)
-            axes = {"data": "NGCHW", "out": "NGCHW"}
-        else:
-            data = placeholder(spec.data, (n, h, w, g, cg))
-            pad = te.compute((n, hp, wp, g, cp), lambda b, hh, ww, gg, cc: tirx.if_then_else(
-                valid(hh, ww, cc), data[b, hh - pt, ww - pl, gg, cc], zero), name="pad")
-            shape = (n, oh, ow, g, og)
-            axes = {"data": "NHWGC", "out": "NHWGC"}
-        weight = placeholder(spec.weight, (g, og, cg, kh, kw))
-        axes["weight"] = "GOIHW"
-        rc = te.reduce_axis((0, cg), name="rc")
-        ry = te.reduce_axis((0, kh), name="ry")
-        rx = te.reduce_axis((0, kw), name="rx")
-
-        def gterm(b, gg, oc, y, x):
-            if nchw:
-                v = pad[b, gg, rc, y * sh + ry * dh, x * sw + rx * dw]
-            else:
-                v = pad[b, y * sh + ry * dh, x * sw + rx * dw, gg, rc]
-            return te.sum(v.astype(adt) * weight[gg, oc, rc, ry, rx].astype(adt), axis=[rc, ry, rx])
-
-        if nchw:
-            acc = te.compute(shape, lambda b, gg, oc, y, x: gterm(b, gg, oc, y, x), name=acc_name)
-        else:
-            acc = te.compute(shape, lambda b, y, x, gg, oc: gterm(b, gg, oc, y, x), name=acc_name)
-
-        def channel_of(idx):
-            gg, oc = (idx[1], idx[2]) if nchw else (idx[3], idx[4])
-            return gg * og + oc
-
+def compute(spec: Conv2dSpec, tile: ConvTile) -> tuple[list[te.Tensor], te.Tensor, dict[str, str]]:
+    """TE definition: inputs, final output and the axis names of the stages' buffers."""
+    geo = _Geometry.of(spec, tile)
+    data, weight, acc, axes, channel_of = (_grouped if geo.g > 1 else _ungrouped)(spec, geo)
     stages, operands = epilogue_stages(spec, acc, channel_of, acc.shape)
     final = stages[-1] if stages else acc
     return [data, weight, *operands.values()], final, axes
+
+
+def _ungrouped(spec: Conv2dSpec, geo: _Geometry) -> tuple:
+    """A convolution of one group: data, weight, accumulator, axis names, channel of an output index."""
+    nchw, n, o, oh, ow, zero, valid = geo.nchw, geo.n, geo.o, geo.oh, geo.ow, geo.zero, geo.valid
+    sh, sw, dh, dw, hp, wp, cp, adt = geo.sh, geo.sw, geo.dh, geo.dw, geo.hp, geo.wp, geo.cp, geo.adt
+    data = placeholder(spec.data)
+    weight = placeholder(spec.weight)
+    read = padded_reader(spec.data, data, geo.pt, geo.pl)
+
+    if nchw:
+        pad = te.compute((n, cp, hp, wp), lambda b, cc, hh, ww: tirx.if_then_else(
+            valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
+    else:
+        pad = te.compute((n, hp, wp, cp), lambda b, hh, ww, cc: tirx.if_then_else(
+            valid(hh, ww, cc), read(b, cc, hh, ww), zero), name="pad")
+    rc, ry, rx = geo.reduce_axes()
+
+    def term(b, oc, y, x):
+        v = pad[b, rc, y * sh + ry * dh, x * sw + rx * dw] if nchw else pad[b, y * sh + ry * dh, x * sw + rx * dw, rc]
+        return te.sum(v.astype(adt) * weight[oc, rc, ry, rx].astype(adt), axis=[rc, ry, rx])
+
+    if nchw:
+        acc = te.compute((n, o, oh, ow), lambda b, oc, y, x: term(b, oc, y, x), name=geo.acc_name)
+        axes = {"data": "NCHW", "out": "NCHW"}
+    else:
+        acc = te.compute((n, oh, ow, o), lambda b, y, x, oc: term(b, oc, y, x), name=geo.acc_name)
+        axes = {"data": "NHWC", "out": "NHWC"}
+    axes["weight"] = "OIHW"
+
+    def channel_of(idx):
+        return idx[1] if nchw else idx[3]
+
+    return data, weight, acc, axes, channel_of
+
+
+def _grouped(spec: Conv2dSpec, geo: _Geometry) -> tuple:
+    """A grouped convolution (groups as an axis of their own): as :func:`_ungrouped`."""
+    nchw, n, g, cg, og, zero, valid = geo.nchw, geo.n, geo.g, geo.cg, geo.og, geo.zero, geo.valid
+    h, w, oh, ow, pt, pl, kh, kw = geo.h, geo.w, geo.oh, geo.ow, geo.pt, geo.pl, geo.kh, geo.kw
+    sh, sw, dh, dw, hp, wp, cp, adt = geo.sh, geo.sw, geo.dh, geo.dw, geo.hp, geo.wp, geo.cp, geo.adt
+    if nchw:
+        data = placeholder(spec.data, (n, g, cg, h, w))
+        pad = te.compute((n, g, cp, hp, wp), lambda b, gg, cc, hh, ww: tirx.if_then_else(
+            valid(hh, ww, cc), data[b, gg, cc, hh - pt, ww - pl], zero), name="pad")
+        shape = (n, g, og, oh, ow)
+        axes = {"data": "NGCHW", "out": "NGCHW"}
+    else:
+        data = placeholder(spec.data, (n, h, w, g, cg))
+        pad = te.compute((n, hp, wp, g, cp), lambda b, hh, ww, gg, cc: tirx.if_then_else(
+            valid(hh, ww, cc), data[b, hh - pt, ww - pl, gg, cc], zero), name="pad")
+        shape = (n, oh, ow, g, og)
+        axes = {"data": "NHWGC", "out": "NHWGC"}
+    weight = placeholder(spec.weight, (g, og, cg, kh, kw))
+    axes["weight"] = "GOIHW"
+    rc, ry, rx = geo.reduce_axes()
+
+    def gterm(b, gg, oc, y, x):
+        if nchw:
+            v = pad[b, gg, rc, y * sh + ry * dh, x * sw + rx * dw]
+        else:
+            v = pad[b, y * sh + ry * dh, x * sw + rx * dw, gg, rc]
+        return te.sum(v.astype(adt) * weight[gg, oc, rc, ry, rx].astype(adt), axis=[rc, ry, rx])
+
+    if nchw:
+        acc = te.compute(shape, lambda b, gg, oc, y, x: gterm(b, gg, oc, y, x), name=geo.acc_name)
+    else:
+        acc = te.compute(shape, lambda b, y, x, gg, oc: gterm(b, gg, oc, y, x), name=geo.acc_name)
+
+    def channel_of(idx):
+        gg, oc = (idx[1], idx[2]) if nchw else (idx[3], idx[4])
+        return gg * og + oc
+
+    return data, weight, acc, axes, channel_of
 
 
 def depthwise(spec: Conv2dSpec) -> bool:
@@ -199,6 +247,98 @@ def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
     """Input rows and columns one output tile reads (halo included)."""
     (kh, kw), (sh, sw), (dh, dw) = spec.kernel, spec.strides, spec.dilation
     return (tile.toh - 1) * sh + (kh - 1) * dh + 1, (tile.tow - 1) * sw + (kw - 1) * dw + 1
+
+
+class _StepCosts:
+    """The copies of :meth:`Conv2d.steps`: the boxes of data, weights, output and epilogue operands a
+    step moves, priced with box costers looked up once per call. Boxes repeat across the loop (the
+    input window across output-channel tiles, the weights across spatial tiles) and are priced once
+    (``memo``)."""
+
+    def __init__(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> None:
+        self.nchw = spec.layout == "NCHW"
+        self.g = spec.groups
+        self.cg, self.og = spec.data.dim("C") // self.g, spec.out.dim("C") // self.g
+        self.kh, self.kw = spec.kernel
+        (self.sh, self.sw), (self.pt, self.pl) = spec.strides, spec.padding[:2]
+        self.rows, self.cols = _window(spec, tile)
+        self.on_vector = tile.engine == ConvEngine.VECTOR
+        self.outer_b = tile.order == Order.B_STATIONARY
+        dt = spec.data.dtype
+        self.window = windows(hw, dt, spec.data, spec.layout)
+        self.weights = boxes(hw, dt, tuple(spec.weight.shape))
+        self.outs = boxes(hw, spec.out.dtype, tuple(spec.out.shape), spec.out.on_chip)
+        self.epi = [(e, boxes(hw, e.operand.dtype, (e.operand.size,), False) if e.broadcast == Broadcast.CHANNEL
+                     else boxes(hw, e.operand.dtype, tuple(spec.out.shape), e.operand.on_chip))
+                    for e in spec.epilogue if e.operand is not None]
+        self.memo: dict[tuple, Copy] = {}
+
+    def data_box(self, b, gt, ct, y, x) -> Copy:
+        """The input window of one step (input-channel tile ``ct`` of group tile ``gt``)."""
+        key = ("d", b, gt, ct, y[0], x[0])
+        hit = self.memo.get(key)
+        if hit is None:
+            cg = self.cg
+            cl = gt[0] * cg + ct[0]
+            ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
+            r0, c0 = y[0] * self.sh - self.pt, x[0] * self.sw - self.pl
+            hit = self.memo[key] = self.window.cost((b, cl, r0, c0), (1, ce, self.rows, self.cols))
+        return hit
+
+    def weight_box(self, gt, ot, ct) -> Copy:
+        """The weights of output-channel tile ``ot`` and input-channel tile ``ct``."""
+        key = ("w", gt, ot, ct)
+        hit = self.memo.get(key)
+        if hit is None:
+            og = self.og
+            o0 = gt[0] * og + ot[0]
+            oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+            hit = self.memo[key] = self.weights.cost((o0, ct[0], 0, 0), (oe, ct[1], self.kh, self.kw))
+        return hit
+
+    def out_box(self, b, gt, ot, y, x, box=None) -> Copy:
+        """The output tile's box in ``box`` (default: the output's)."""
+        box = self.outs if box is None else box
+        og = self.og
+        o0 = gt[0] * og + ot[0]
+        oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
+        if self.nchw:
+            return box.cost((b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
+        return box.cost((b, y[0], x[0], o0), (1, y[1], x[1], oe))
+
+    def epi_loads(self, b, gt, ot, y, x, channel=True, full=True) -> Copy:
+        """The epilogue operands of an output tile: per-channel ones if ``channel``, whole ones if ``full``."""
+        cost = NO_COPY
+        for e, box in self.epi:
+            if not (channel if e.broadcast == Broadcast.CHANNEL else full):
+                continue
+            if e.broadcast == Broadcast.CHANNEL:
+                key = ("c", box, gt, ot)
+                hit = self.memo.get(key)
+                if hit is None:
+                    hit = self.memo[key] = box.cost((gt[0] * self.og + ot[0],), (gt[1] * ot[1],))
+                cost += hit
+            else:
+                cost += self.out_box(b, gt, ot, y, x, box)
+        return cost
+
+    def loads(self, b, gt, ot, ct, y, x, new_outer: bool, pipelined_rc: bool) -> tuple[Copy, Copy | None]:
+        """A step's loads, and those of its outer loop's stationary operand (None: none at this step)."""
+        stationary = None
+        if self.on_vector:  # weights and per-channel operands of every group stay in SRAM
+            loads = self.data_box(b, gt, ct, y, x)
+            if new_outer:
+                g = self.g
+                stationary = self.weight_box((0, g), ot, ct) + self.epi_loads(b, (0, g), ot, y, x, full=False)
+        elif pipelined_rc:
+            loads = self.data_box(b, gt, ct, y, x) + self.weight_box(gt, ot, ct)
+        elif self.outer_b:
+            loads = self.data_box(b, gt, ct, y, x)
+            stationary = self.weight_box(gt, ot, ct) if new_outer else None
+        else:
+            loads = self.weight_box(gt, ot, ct)
+            stationary = self.data_box(b, gt, ct, y, x) if new_outer else None
+        return loads, stationary
 
 
 class Conv2d(OpKind):
@@ -312,7 +452,8 @@ class Conv2d(OpKind):
             tic = [cg]
         else:
             tg, toc, tic = [1], tile_extents(og, hw.mac_cols, opts), tile_extents(cg, hw.mac_rows, opts, limit=4)
-        engines = [ConvEngine.TENSOR, ConvEngine.VECTOR] if depthwise(spec) else [ConvEngine.TENSOR]
+        vector = depthwise(spec) and opts.depthwise_engine == DepthwiseEngine.AUTO  # -depthwise-engine=tensor: never
+        engines = [ConvEngine.TENSOR, ConvEngine.VECTOR] if vector else [ConvEngine.TENSOR]
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
                 "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines}
 
@@ -347,71 +488,17 @@ class Conv2d(OpKind):
 
     # -------------------------------------------------------------- cost model
     def steps(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Iterator[Step]:
-        nchw = spec.layout == "NCHW"
+        """The steps of ``tile``'s loop nest in order, with their copies (:class:`_StepCosts`) and cycles."""
         n, c = spec.data.dim("N"), spec.data.dim("C")
         o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
         g = spec.groups
-        cg, og = c // g, o // g
         kh, kw = spec.kernel
-        (sh, sw), (pt, pl) = spec.strides, spec.padding[:2]
-        rows, cols = _window(spec, tile)
         dt = spec.data.dtype
-        tic = min(tile.tic, cg)
-        rc_tiles = axis_tiles(cg, tic)
+        rc_tiles = axis_tiles(c // g, min(tile.tic, c // g))
         g_tiles = axis_tiles(g, tile.tg)
-        oc_tiles = axis_tiles(og, tile.toc)
+        oc_tiles = axis_tiles(o // g, tile.toc)
         y_tiles, x_tiles = axis_tiles(oh, tile.toh), axis_tiles(ow, tile.tow)
-        # box costers looked up once per call; boxes repeat across the loop (the input window across
-        # output-channel tiles, the weights across spatial tiles) and are priced once per call (``memo``)
-        window = windows(hw, dt, spec.data, spec.layout)
-        weights = boxes(hw, dt, tuple(spec.weight.shape))
-        outs = boxes(hw, spec.out.dtype, tuple(spec.out.shape), spec.out.on_chip)
-        epi = [(e, boxes(hw, e.operand.dtype, (e.operand.size,), False) if e.broadcast == Broadcast.CHANNEL
-                else boxes(hw, e.operand.dtype, tuple(spec.out.shape), e.operand.on_chip))
-               for e in spec.epilogue if e.operand is not None]
-        memo: dict[tuple, Copy] = {}
-
-        def data_box(b, gt, ct, y, x):
-            key = ("d", b, gt, ct, y[0], x[0])
-            hit = memo.get(key)
-            if hit is None:
-                cl = gt[0] * cg + ct[0]
-                ce = (gt[1] - 1) * cg + ct[1] if gt[1] > 1 else ct[1]
-                r0, c0 = y[0] * sh - pt, x[0] * sw - pl
-                hit = memo[key] = window.cost((b, cl, r0, c0), (1, ce, rows, cols))
-            return hit
-
-        def weight_box(gt, ot, ct):
-            key = ("w", gt, ot, ct)
-            hit = memo.get(key)
-            if hit is None:
-                o0 = gt[0] * og + ot[0]
-                oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
-                hit = memo[key] = weights.cost((o0, ct[0], 0, 0), (oe, ct[1], kh, kw))
-            return hit
-
-        def out_box(b, gt, ot, y, x, box=outs):
-            o0 = gt[0] * og + ot[0]
-            oe = (gt[1] - 1) * og + ot[1] if gt[1] > 1 else ot[1]
-            if nchw:
-                return box.cost((b, o0, y[0], x[0]), (1, oe, y[1], x[1]))
-            return box.cost((b, y[0], x[0], o0), (1, y[1], x[1], oe))
-
-        def epi_loads(b, gt, ot, y, x, channel=True, full=True):
-            cost = NO_COPY
-            for e, box in epi:
-                if not (channel if e.broadcast == Broadcast.CHANNEL else full):
-                    continue
-                if e.broadcast == Broadcast.CHANNEL:
-                    key = ("c", box, gt, ot)
-                    hit = memo.get(key)
-                    if hit is None:
-                        hit = memo[key] = box.cost((gt[0] * og + ot[0],), (gt[1] * ot[1],))
-                    cost += hit
-                else:
-                    cost += out_box(b, gt, ot, y, x, box)
-            return cost
-
+        costs = _StepCosts(spec, tile, hw)
         outer_b = tile.order == Order.B_STATIONARY
         pipelined_rc = len(rc_tiles) > 1
         on_vector = tile.engine == ConvEngine.VECTOR
@@ -437,7 +524,7 @@ class Conv2d(OpKind):
                     if on_vector:  # the windows run on the vector engine, before the epilogue
                         vec += timing.vector_cycles(hw, gt[1] * m, kh * kw)
                     vec_memo[gt[1], oe, m] = vec
-                store = out_box(b, gt, ot, y, x)
+                store = costs.out_box(b, gt, ot, y, x)
                 for ri, ct in enumerate(rc_tiles):
                     tensor = 0
                     if not on_vector:
@@ -445,21 +532,9 @@ class Conv2d(OpKind):
                         if tensor is None:
                             tensor = mm_memo[m, oe, ct[1], gt[1]] = timing.matmul_cycles(
                                 hw, m, oe, ct[1] * kh * kw, dt, gt[1])
-                    stationary = None
-                    if on_vector:  # weights and per-channel operands of every group stay in SRAM
-                        loads = data_box(b, gt, ct, y, x)
-                        if new_outer:
-                            stationary = weight_box((0, g), ot, ct) + epi_loads(b, (0, g), ot, y, x, full=False)
-                    elif pipelined_rc:
-                        loads = data_box(b, gt, ct, y, x) + weight_box(gt, ot, ct)
-                    elif outer_b:
-                        loads = data_box(b, gt, ct, y, x)
-                        stationary = weight_box(gt, ot, ct) if new_outer else None
-                    else:
-                        loads = weight_box(gt, ot, ct)
-                        stationary = data_box(b, gt, ct, y, x) if new_outer else None
+                    loads, stationary = costs.loads(b, gt, ot, ct, y, x, new_outer, pipelined_rc)
                     last = ri == len(rc_tiles) - 1
-                    operands = epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else NO_COPY
+                    operands = costs.epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else NO_COPY
                     yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY, stationary,
                                operands, ri if pipelined_rc else slot)
 

@@ -192,11 +192,6 @@ def _shortlist(spec: OpSpec, hw: HardwareConfig,
     return [(*ok[i], quick[i]) for i in dict.fromkeys(by_speed[:SHORTLIST] + by_traffic[:SHORTLIST])]
 
 
-def shortlist(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
-    """The tiles the search estimates with the flow model (the tuner measures these first)."""
-    return [t for t, _, _ in _shortlist(spec, hw, legal(spec, hw, opts))]
-
-
 def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
     """Whether some legal tile of ``spec`` fits the SRAM budget.
 

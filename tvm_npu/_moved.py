@@ -3,7 +3,7 @@ the module at its new path (the same module object), with a ``DeprecationWarning
 
 A finder on ``sys.meta_path`` answers for the old names only, so nothing is imported until an old path
 is used. ``python -m tvm_npu.rpc_server`` (an old path run as a script) works too: the loader hands
-``runpy`` the new module's code.
+``runpy`` the new module's code, with the notice as a ``FutureWarning``, which Python shows a command's user.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ MOVED = {
     "tvm_npu.tir_schedules.plan": "tvm_npu.tir_schedules.scheduler",
     "tvm_npu.tir_schedules.planner": "tvm_npu.tir_schedules.tile_search",
     "tvm_npu.views": "tvm_npu.core.views",
-    "tvm_npu.zoo": "tvm_npu.models.bundled",
+    "tvm_npu.zoo": "tvm_npu.models.registry",  # the table; its generators and random_inputs imported there
 }
 
 
-def _warn(old: str, new: str) -> None:
-    warnings.warn(f"{old} moved to {new}; the old path goes in the next release", DeprecationWarning, stacklevel=3)
+def _warn(old: str, new: str, category: type[Warning] = DeprecationWarning) -> None:
+    warnings.warn(f"{old} moved to {new}; the old path goes in the next release", category, stacklevel=3)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -66,8 +66,9 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """Nothing to run: the module at the new path has run already."""
 
     def get_code(self, fullname: str) -> CodeType | None:
-        """For ``python -m <old path>``: the new module's code, run as ``__main__``."""
-        _warn(fullname, MOVED[fullname])
+        """For ``python -m <old path>``: the new module's code, run as ``__main__``. A command's user sees the
+        notice (a FutureWarning: Python hides a DeprecationWarning outside ``__main__``)."""
+        _warn(fullname, MOVED[fullname], FutureWarning)
         spec = importlib.util.find_spec(MOVED[fullname])
         return spec.loader.get_code(MOVED[fullname]) if spec and spec.loader else None
 

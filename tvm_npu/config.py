@@ -81,7 +81,7 @@ def _field(default: Any, lo: int | None = None, hi: int | None = None, doc: str 
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """The simulated NPU (``shared/NPU_DATASHEET.md``); every field is a ``-key=value`` target option.
+    """The simulated NPU (docs/architecture.md, "The machine"); every field is a ``-key=value`` target option.
 
     Fields the datasheet does not name (``num-semaphores``, the engines' fixed
     per-instruction overheads, the cost of transcendental functions) are the
@@ -159,6 +159,13 @@ class Precision(enum.Enum):
     FP16 = "fp16"
 
 
+class DepthwiseEngine(enum.Enum):
+    """Where the tile search may put a depthwise convolution."""
+
+    AUTO = "auto"  # the tensor engine or the vector engine (VDWCONV), whichever the cost model prefers
+    TENSOR = "tensor"  # the tensor engine only
+
+
 @dataclass(frozen=True)
 class CompilerOptions:
     """How the compiler uses the hardware; every field is a ``-key=value`` target option."""
@@ -174,6 +181,9 @@ class CompilerOptions:
     precision: Precision = _field(Precision.MODEL, enum=Precision,  # noqa: RUF009 - an immutable enum default
                                   doc="model: compute in the model's types; fp16: run an fp32 model's NPU "
                                       "operators in fp16 (fp32 accumulation, casts where they meet the host)")
+    depthwise_engine: DepthwiseEngine = _field(DepthwiseEngine.AUTO, enum=DepthwiseEngine,  # noqa: RUF009 - an immutable enum default
+                                               doc="auto: a depthwise conv2d on the tensor or the vector engine, "
+                                                   "as the cost model prefers; tensor: the tensor engine only")
 
     def __post_init__(self) -> None:
         _validate_ranges(self)

@@ -26,7 +26,7 @@ from tvm import relax
 import tvm_npu
 from tvm_npu.config import target_help
 from tvm_npu.core.ops import spec_key
-from tvm_npu.models.light import backend_inputs
+from tvm_npu.models.inputs import backend_inputs
 from tvm_npu.tools.bench import to_numpy
 from tvm_npu.tools.cli import main
 from tvm_npu.tuning.tuner import best_tiles

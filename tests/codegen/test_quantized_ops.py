@@ -154,16 +154,23 @@ def _reduction(tile: TileParams) -> int:
 
 def fitting(spec: OpSpec, hw: HardwareConfig = HW, opts: CompilerOptions = OPTS) -> list[TileParams]:
     """Every candidate tile that fits the SRAM (narrow ones too, unlike ``tile_search.legal``)."""
-    return [t for t in tile_search.candidates(spec, hw, opts) if tile_search.footprint(spec, t, hw) <= hw.max_sram_bytes]
+    return [t for t in tile_search.candidates(spec, hw, opts)
+            if tile_search.footprint(spec, t, hw) <= hw.max_sram_bytes]
+
+
+def shortlist(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
+    """The tiles the tile search estimates with the flow model."""
+    return [t for t, _, _ in tile_search._shortlist(spec, hw, tile_search.legal(spec, hw, opts))]
 
 
 def tile_variants(spec: OpSpec) -> list[tuple[TileParams, HardwareConfig]]:
     """The tiles a compile may use: see the module docstring."""
     tight = tight_budget(spec, OPTS.pipeline_stages, HW)
     found = [(tile_search.choose(spec, HW, OPTS), HW), (tile_search.choose(spec, tight, OPTS), tight)]
-    found += [(t, HW) for t in tile_search.shortlist(spec, HW, OPTS)[:2]]
+    found += [(t, HW) for t in shortlist(spec, HW, OPTS)[:2]]
     # the shortest reduction tile, with the largest other extents (the fewest instructions)
-    streamed = min(fitting(spec, SMALL_ARRAY), key=lambda t: (_reduction(t), -tile_search.footprint(spec, t, SMALL_ARRAY)))
+    streamed = min(fitting(spec, SMALL_ARRAY),
+                   key=lambda t: (_reduction(t), -tile_search.footprint(spec, t, SMALL_ARRAY)))
     found.append((streamed, SMALL_ARRAY))
     return list(dict.fromkeys(found))
 

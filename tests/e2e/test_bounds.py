@@ -125,16 +125,11 @@ BENCHMARK_TARGETS = ("npu", "npu -max-sram-bytes=262144", "npu -fusion=0", "npu 
 def test_no_layer_of_a_benchmark_model_beats_its_bound(target: str) -> None:
     """Every layer and partition of the eleven benchmark models (weights randomised), at
     every target of benchmarks/roofline.py."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from compare_llvm import models
-
+    from tvm_npu.models.registry import benchmark_models
     from tvm_npu.tools.bench import build_model, default_inputs, model_report, profile_model
 
     worst = []
-    for name, load in models(quick=False).items():
+    for name, load in benchmark_models(quick=False).items():
         model = load()
         executable, info, _ = build_model(model, target, progress=False)
         _, prof, _ = profile_model(executable, default_inputs(model), trace=True, timing_only=True)

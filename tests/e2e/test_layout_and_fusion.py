@@ -11,7 +11,8 @@ from tvm_npu.relay_patterns.layout import preferred_layout
 
 import tvm_npu
 from tvm_npu.config import parse_target
-from tvm_npu.models.light import backend_inputs, tiny_convnet
+from tvm_npu.models.inputs import backend_inputs
+from tvm_npu.models.light import tiny_convnet
 
 
 def _run(model, target: str) -> tuple[np.ndarray, tvm_npu.Profile, tvm_npu.BuildInfo]:

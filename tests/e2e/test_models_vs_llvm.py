@@ -24,11 +24,13 @@ import pytest
 import relax_models as rm
 import tvm
 from helpers import ATOL, RTOL
+from model_helpers import reference_output
 from tvm import relax
 
 import tvm_npu
 from tvm_npu.config import DType, parse_target
-from tvm_npu.models.light import backend_inputs, light_model_path, randomize_weights, reference_output
+from tvm_npu.models.inputs import backend_inputs
+from tvm_npu.models.light import light_model_path, randomize_weights
 
 # ------------------------------------------------------------------------ BlockBuilder models
 MODELS: dict[str, Callable[[], tvm.IRModule]] = {

@@ -12,7 +12,8 @@ from tvm import relax
 from tvm_npu.simulator import decode_program, isa
 
 import tvm_npu
-from tvm_npu.models.light import backend_inputs, tiny_convnet
+from tvm_npu.models.inputs import backend_inputs
+from tvm_npu.models.light import tiny_convnet
 from tvm_npu.report.layers import report
 from tvm_npu.runtime.execute import PartitionRun
 from tvm_npu.tools.bench import profile_model

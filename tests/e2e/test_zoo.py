@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+import model_helpers as checks
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +15,8 @@ from onnx import numpy_helper
 
 from tvm_npu.compiler.driver import load_model
 from tvm_npu.models import bundled as zoo
+from tvm_npu.models.inputs import random_inputs
+from tvm_npu.models.registry import BUNDLED, ZOO
 from tvm_npu.tools.bench import resolve_model
 
 ort = pytest.importorskip("onnxruntime")  # an optional dependency (the test extra)
@@ -46,10 +49,10 @@ def test_tiny_models_are_valid_and_keep_activations_in_scale(name: str) -> None:
     model = TINY[name]()
     onnx.checker.check_model(model, full_check=True)
     for seed in range(2):
-        stats = zoo.activation_stats(model, zoo.random_inputs(model, seed))
+        stats = checks.activation_stats(model, random_inputs(model, seed))
         assert len(stats) > len(model.graph.node) // 3  # the check saw the model, not a handful of tensors
         assert all(np.isfinite(s.std) for s in stats)
-        outliers = zoo.scale_outliers(stats)
+        outliers = checks.scale_outliers(stats)
         assert not outliers, [(s.name, s.op, s.mean, s.std) for s in outliers]
 
 
@@ -65,10 +68,10 @@ def test_tiny_models_are_valid_and_keep_activations_in_scale(name: str) -> None:
 ])
 def test_full_size_models_have_the_published_mac_counts_and_activation_scale(name: str, macs: float,
                                                                              tolerance: float) -> None:
-    model = zoo.ZOO[name]()
-    counted = sum(zoo.count_macs(model).values())
+    model = ZOO[name]()
+    counted = sum(checks.count_macs(model).values())
     assert counted == pytest.approx(macs, rel=tolerance)
-    outliers = zoo.scale_outliers(zoo.activation_stats(model, zoo.random_inputs(model)))
+    outliers = checks.scale_outliers(checks.activation_stats(model, random_inputs(model)))
     assert not outliers, [(s.name, s.op, s.mean, s.std) for s in outliers]
 
 
@@ -190,8 +193,8 @@ def test_swin_tables_match_their_definition() -> None:
 
 
 def test_bundled_names_resolve() -> None:
-    for name in zoo.ZOO:
-        assert name in zoo.BUNDLED
+    for name in ZOO:
+        assert name in BUNDLED
     display, model = resolve_model("bert_layer")
     assert display == "bert_layer" and model.graph.name == "bert_layer"
     mod = load_model("tiny_convnet")  # a bundled name through the driver
@@ -206,5 +209,5 @@ def test_scale_check_catches_vanishing_and_exploding_weights(factor: float) -> N
     for t in model.graph.initializer:
         if t.name.startswith("onnx::MatMul_"):  # every linear layer's weight
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(factor), t.name))
-    outliers = zoo.scale_outliers(zoo.activation_stats(model, zoo.random_inputs(model)))
+    outliers = checks.scale_outliers(checks.activation_stats(model, random_inputs(model)))
     assert outliers and all((s.rms < 0.1) == (factor < 1) for s in outliers)

@@ -28,7 +28,11 @@ import hypothesis
 import numpy as np
 import onnx
 import pytest
-from graphs import (
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import tvm_npu
+from tvm_npu.testing.graphs import (
     OPSETS,
     PRECISIONS,
     TARGET_OPTIONS,
@@ -39,10 +43,8 @@ from graphs import (
     rebuild,
     targets,
 )
-from hypothesis import HealthCheck, given, note, settings
-from hypothesis import strategies as st
-from known_bugs import known_bug
-from oracle import (
+from tvm_npu.testing.known_bugs import known_bug
+from tvm_npu.testing.oracle import (
     OWN_ERRORS,
     model_precision,
     output_units,
@@ -51,8 +53,6 @@ from oracle import (
     run_case,
     run_onnxruntime,
 )
-
-import tvm_npu
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 #: per case (build for llvm and the NPU, three runs); a hang is a failure, not a stuck suite

@@ -39,6 +39,7 @@ from tvm_npu.core.plan import PartitionPlan
 from tvm_npu.core.tiles import ConvTile, MatmulTile, TileParams
 from tvm_npu.core.views import indices
 from tvm_npu.models import bundled as zoo
+from tvm_npu.models.inputs import random_inputs
 from tvm_npu.tools.quantize import quantize_model
 
 
@@ -266,7 +267,7 @@ ZOO: dict[str, Callable[[], onnx.ModelProto]] = {
 def _model(name: str, layout: str) -> tuple[tvm.IRModule | onnx.ModelProto, list[np.ndarray]]:
     if name in ZOO:
         model = ZOO[name]()
-        return model, list(zoo.random_inputs(model, 0).values())
+        return model, list(random_inputs(model, 0).values())
     if name == "qdq_chain":
         model = _qdq_chain()
         shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)

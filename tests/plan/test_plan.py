@@ -24,7 +24,8 @@ from tvm_npu.core.artifact import Artifact
 from tvm_npu.core.ops import TensorRef
 from tvm_npu.core.plan import PLAN_ATTR, OpPlan, PartitionPlan, SramRegion, dump_stem
 from tvm_npu.core.tiles import ConvTile, tile_to_json
-from tvm_npu.models.light import backend_inputs, tiny_convnet
+from tvm_npu.models.inputs import backend_inputs
+from tvm_npu.models.light import tiny_convnet
 from tvm_npu.runtime.npu_module import module_blob
 
 TARGETS = ("npu", "npu -fusion=0", "npu -fusion=2", "npu -fusion=2 -max-sram-bytes=131072 -pipeline-stages=3")

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from programs import kitchen_sink
 from tvm_npu.simulator import Simulator, SimulatorError, decode_program, encode_program, isa
 from tvm_npu.simulator.encoding import FORMAT_VERSION, MAGIC
-from tvm_npu.simulator.workloads import streaming, tiled_matmul
 
 from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.testing.workloads import streaming, tiled_matmul
 
 HW = HardwareConfig()
 SIM = Simulator(HW)

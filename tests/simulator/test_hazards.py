@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from programs import kitchen_sink
-from tvm_npu.codegen.sync import sram_footprint
+from tvm_npu.codegen.sync import _footprint
 from tvm_npu.simulator import (
     DeadlockError,
     Engine,
@@ -29,9 +29,9 @@ from tvm_npu.simulator import (
     TensorKind,
     isa,
 )
-from tvm_npu.simulator.workloads import streaming, tiled_matmul
 
 from tvm_npu.config import CompilerOptions, DType, HardwareConfig
+from tvm_npu.testing.workloads import streaming, tiled_matmul
 
 Op = isa.Opcode
 F32, I8 = DType.FP32, DType.INT8
@@ -364,7 +364,7 @@ def test_accesses_describe_every_operand() -> None:
     # codegen/sync.py reads its footprints from the same descriptions
     program, _ = kitchen_sink(hw)
     for ins in program.instructions:
-        reads, writes = sram_footprint(ins)
+        reads, writes = _footprint(ins.accesses())  # sync's SRAM byte ranges (read, written) of one instruction
         sram_ops = [a for a in ins.accesses() if a.space == Space.SRAM]
         assert reads == [a.extent for a in sram_ops if a.read]
         assert writes == [a.extent for a in sram_ops if a.write]

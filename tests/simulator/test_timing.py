@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm_npu.simulator import DeadlockError, Engine, ProgramBuilder, Simulator, TensorKind, isa
 from tvm_npu.simulator.timing import dram_bursts
-from tvm_npu.simulator.workloads import streaming, tiled_matmul
 
 from tvm_npu.config import DType, HardwareConfig
+from tvm_npu.testing.workloads import streaming, tiled_matmul
 
 Op = isa.Opcode
 

@@ -231,7 +231,7 @@ def test_benchmark_searched_plans_against_untuned(name: str, tmp_path: Path) -> 
     """fp32 at ``npu -fusion=3``: simulated cycles of the untuned build and of the build with the searched
     plans, and what the search measured (printed; run with ``-s``)."""
     target = "npu -fusion=3"
-    model = tvm_npu.models.bundled.BUNDLED[name]()
+    model = tvm_npu.models.registry.BUNDLED[name]()
     inputs = default_inputs(model)
     start = time.perf_counter()
     runner = NpuLocalRunner(workers=2)

@@ -17,13 +17,13 @@ from tvm import rpc
 from tvm.rpc import base
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerInput, RunnerResult
 from tvm_npu.codegen.operator import standalone_program
-from tvm_npu.simulator.workloads import streaming
 from tvm_npu.tir_schedules import tile_search
 
 import tvm_npu
 from tvm_npu.config import parse_target
 from tvm_npu.core.artifact import Artifact
 from tvm_npu.models.light import tiny_convnet
+from tvm_npu.testing.workloads import streaming
 from tvm_npu.tuning import database, rpc_server
 from tvm_npu.tuning import tuner as tuning
 from tvm_npu.tuning.measure import free_servers, measure_artifact, rpc_runner, write_artifact

@@ -19,7 +19,7 @@ from tvm_npu.config import CompilerOptions, HardwareConfig, parse_target
 from tvm_npu.core.ops import spec_key
 from tvm_npu.core.tiles import tile_to_json
 from tvm_npu.models.light import tiny_convnet
-from tvm_npu.tuning import space
+from tvm_npu.tuning import space as tile_spaces
 from tvm_npu.tuning import tuner as tuning
 from tvm_npu.tuning.measure import measure_artifact
 
@@ -35,7 +35,7 @@ def _workload(spec, target: str = "npu"):
 def test_every_legal_tile_is_one_point_of_the_design_space(spec) -> None:
     mod = _workload(spec)
     space = tuning.space_of(mod["main"])
-    assert {t.stages for t in space.tiles} == set(space.STAGES)  # pipeline depth is searched too
+    assert {t.stages for t in space.tiles} == set(tile_spaces.STAGES)  # pipeline depth is searched too
     for tile in space.tiles:  # the decisions that select a tile replay to exactly that tile
         sch = s_tir.Schedule(mod)
         tuning.trace_for(mod, tile).apply_to_schedule(sch, remove_postproc=True)
@@ -92,7 +92,7 @@ def work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 
 def test_tuning_writes_meta_schedules_json_database(work_dir: tuple[Path, list]) -> None:
     path, results = work_dir
-    assert (path / space.WORKLOAD_FILE).is_file() and (path / space.RECORD_FILE).is_file()
+    assert (path / tile_spaces.WORKLOAD_FILE).is_file() and (path / tile_spaces.RECORD_FILE).is_file()
     db = tuning.open_database(path, create=False)
     records = db.get_all_tuning_records()
     assert len(records) >= len(results) >= 4  # every distinct operator has at least its default measured
@@ -137,9 +137,9 @@ def test_a_record_cut_short_is_dropped_and_other_damage_is_named(work_dir: tuple
     path, _ = work_dir
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in (space.WORKLOAD_FILE, space.RECORD_FILE):
+    for name in (tile_spaces.WORKLOAD_FILE, tile_spaces.RECORD_FILE):
         (copy / name).write_text((path / name).read_text())
-    records = copy / space.RECORD_FILE
+    records = copy / tile_spaces.RECORD_FILE
     good = records.read_text()
     records.write_text(good + good.splitlines()[0][:40])  # an interrupted append
     with pytest.warns(UserWarning, match="cut short"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import tvm
 
-from tvm_npu.compiler.driver import Model, load_model, stages
+from tvm_npu.compiler.driver import Model, enabled_stages, load_model, stages, with_switches
 from tvm_npu.compiler.shapes import Shapes
 from tvm_npu.config import NpuTarget, parse_target
 
@@ -26,15 +26,17 @@ def partition_for_npu(mod: Model, target: str | NpuTarget = "npu", params: Mappi
     The result holds ``main`` calling one function per NPU partition. With ``codegen`` (the default)
     those partitions are already compiled: ``relax.build(result, target="llvm")`` gives the same
     executable as ``tvm_npu.build(mod, target, params=params)``. With ``codegen=False`` they are
-    planned functions (attribute ``Codegen="npu"`` and their plan in ``npu.plan``), which the user
-    compiles with ``relax.transform.RunCodegen(target_options={"npu": {"target": str(target)}})``
-    before ``relax.build``, as after ``partition_for_cutlass``. ``params`` binds ``main``'s named
+    planned functions (attribute ``Codegen="npu"``, their plan in ``npu.plan`` and constants in
+    ``npu.constants``), which the user compiles with
+    ``relax.transform.RunCodegen(target_options={"npu": {"target": str(target)}})`` before
+    ``relax.build``, as after ``partition_for_cutlass``. ``params`` binds ``main``'s named
     parameters as constants (weights must be constants for the NPU to hold them); ``shapes`` binds
-    symbolic input dimensions (:func:`tvm_npu.load_model`).
+    symbolic input dimensions (:func:`tvm_npu.load_model`). The current ``PassContext``'s switches apply
+    as in :func:`tvm_npu.build`.
     """
-    npu = parse_target(target)
+    npu = with_switches(parse_target(target))
     mod = load_model(mod, shapes)
-    for stage in stages(npu, params):
+    for stage in enabled_stages(stages(npu, params)):
         if stage.name == "codegen" and not codegen:
             break
         mod = stage.run(mod)

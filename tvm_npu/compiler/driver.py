@@ -8,10 +8,46 @@
     fold-layout transforms next to conv2d / pooling folded into them (DMA through strides)
     partition   FuseOpsByPattern(npu pattern table) + MergeCompositeFunctions; host operators
                 that kept a folded layout transform get it back as a transpose
-    plan        per NPU partition: fusion, on-chip intermediates, SRAM budgets, tiles
-                (tir_schedules.plan), attached to the partition function as ``npu.plan``
+    schedule    per NPU partition: fusion, on-chip intermediates, SRAM budgets, tiles
+                (tir_schedules.scheduler), attached to the partition function as ``npu.plan``
     codegen     RunCodegen: relax.ext.npu lowers each partition's plan into an ``npu`` module
     host        relax.build of what remains, for llvm
+
+Switches, in TVM's own way: every stage and every named rewrite has a stable name, and
+``with tvm.transform.PassContext(disabled_pass=[name, ...]): tvm_npu.build(...)`` turns it off
+(an unknown name is ignored, as TVM does; ``required_pass`` wins over ``disabled_pass``):
+
+    ================================  =========================================================
+    name                              what disabling it does
+    ================================  =========================================================
+    npu.canonicalize                  skips the whole canonicalize stage
+    npu.precision                     skips fp16 accumulation and -precision=fp16 conversion
+    npu.layout                        skips layout planning (operators keep the model's layout)
+    npu.fold-layout                   leaves layout transforms next to conv2d / pooling
+    npu.partition                     nothing is partitioned: the whole model runs on the host
+    npu.bind, npu.schedule,           required: disabling one is a ValueError
+    npu.codegen
+    npu.import.fold-shapes            ONNX shape subgraphs stay (onnx_import.IMPORT_REWRITES)
+    npu.import.fold-pads              an ONNX Pad before a conv / pool stays a host pad
+    npu.import.clip-as-max-min        ONNX Clip with min / max inputs is imported as it is
+    npu.canonicalize.reduce-of-stack  the importer's Sum / Max / Min of a stack stays
+    npu.canonicalize.activations      exporter forms of ReLU6, swish, hard sigmoid / swish stay
+    npu.canonicalize.qdq              QDQ regions stay fp32 emulation
+    npu.canonicalize.fold-constants   no constant folding in canonicalize
+    npu.canonicalize.dropout          dropout stays
+    npu.canonicalize.batch-norm       batch-norm is not folded into the conv2d before it
+    npu.canonicalize.decompose        no DecomposeOpsForInference
+    npu.canonicalize.transformer-ops  decomposed layer norms and GELUs stay decomposed
+    npu.canonicalize.lrn              LRN stays the importer's avg_pool3d form (on the host)
+    npu.canonicalize.reciprocal-divide  x / c stays a division
+    npu.canonicalize.bindings         no CanonicalizeBindings / DeadCodeElimination
+    npu.schedule.depthwise-vector     depthwise conv2d on the tensor engine only (the target
+                                      option ``-depthwise-engine=tensor``, which it sets)
+    ================================  =========================================================
+
+:data:`SWITCHES` lists them. The stage list itself can be replaced: ``build(..., pipeline=f)``
+runs ``f(default stages)`` (a list of :class:`Stage`; e.g. one stage swapped for your own), and
+:func:`run_stages` runs a list of stages on a module the same way.
 
 Every stage's output can be dumped (``dump_dir=`` or ``TVM_NPU_DUMP``): Relax IR
 as text after each Relax stage, each partition's plan as JSON and text, and per
@@ -25,7 +61,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +70,20 @@ import onnx
 import tvm
 from tvm import relax
 
+from tvm_npu.compiler.onnx_import import IMPORT_REWRITES
 from tvm_npu.compiler.relax_ext import attach  # (also registers relax.ext.npu)
 from tvm_npu.compiler.shapes import Shapes, bind_relax_shapes
-from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.config import DepthwiseEngine, NpuTarget, parse_target
 from tvm_npu.core.ops import spec_key
 from tvm_npu.core.plan import PartitionPlan, PlanChoice
 from tvm_npu.core.tiles import TileParams
-from tvm_npu.relay_patterns import canonicalize_passes, pattern_table, precision_passes, semantic_passes
+from tvm_npu.relay_patterns import (
+    CANONICALIZE_REWRITES,
+    canonicalize_passes,
+    pattern_table,
+    precision_passes,
+    semantic_passes,
+)
 from tvm_npu.relay_patterns.canonicalize import fold_constants
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
@@ -65,6 +108,71 @@ class Stage:
     name: str
     run: Callable[[tvm.IRModule], tvm.IRModule]
 
+    @property
+    def pass_name(self) -> str:
+        """The name ``PassContext(disabled_pass=[...])`` skips this stage with: ``npu.<name>``."""
+        return f"npu.{self.name}"
+
+
+#: A replacement of the stage list: the default stages in, the stages to run out (``build(..., pipeline=)``).
+Pipeline = Callable[[list[Stage]], list[Stage]]
+
+#: Stages a build cannot do without: disabling one (or leaving it out of a pipeline) is a ValueError.
+REQUIRED_STAGES = ("bind", "schedule", "codegen")
+#: The stages that may be disabled.
+OPTIONAL_STAGES = ("canonicalize", "precision", "layout", "fold-layout", "partition")
+#: ``disabled_pass=[DEPTHWISE_VECTOR]``: depthwise conv2d on the tensor engine only (``-depthwise-engine=tensor``).
+DEPTHWISE_VECTOR = "npu.schedule.depthwise-vector"
+
+#: Every name ``PassContext(disabled_pass=[...])`` acts on (module docstring), with what it names.
+SWITCHES: dict[str, str] = {
+    **{f"npu.{s}": "stage (may be disabled)" for s in OPTIONAL_STAGES},
+    **{f"npu.{s}": "stage (required)" for s in REQUIRED_STAGES},
+    **IMPORT_REWRITES,
+    **CANONICALIZE_REWRITES,
+    DEPTHWISE_VECTOR: "depthwise conv2d may run on the vector engine (disabled: tensor engine only)",
+}
+
+
+def disabled_switches() -> frozenset[str]:
+    """The names the current ``tvm.transform.PassContext`` disables (``disabled_pass`` less ``required_pass``)."""
+    ctx = tvm.transform.PassContext.current()
+    return frozenset(str(n) for n in ctx.disabled_pass) - {str(n) for n in ctx.required_pass}
+
+
+def with_switches(target: NpuTarget) -> NpuTarget:
+    """``target`` with the current context's target-level switches applied (:data:`DEPTHWISE_VECTOR`);
+    unchanged (the same string) when none is disabled."""
+    if DEPTHWISE_VECTOR in disabled_switches() and target.options.depthwise_engine != DepthwiseEngine.TENSOR:
+        return replace(target, options=replace(target.options, depthwise_engine=DepthwiseEngine.TENSOR))
+    return target
+
+
+def enabled_stages(stage_list: list[Stage]) -> list[Stage]:
+    """The stages of ``stage_list`` the current ``PassContext`` does not disable; a ``ValueError`` naming the
+    stage when a required one (:data:`REQUIRED_STAGES`) is disabled or missing, or a name repeats."""
+    names = [s.name for s in stage_list]
+    if len(set(names)) != len(names):
+        raise ValueError(f"stage names must be unique, got {names}")
+    may = ", ".join(f"npu.{s}" for s in OPTIONAL_STAGES)
+    missing = [s for s in REQUIRED_STAGES if s not in names]
+    if missing:
+        raise ValueError(f"the stage list has no {missing[0]!r} stage, which every build needs "
+                         f"(required: {', '.join(REQUIRED_STAGES)}; given: {', '.join(names)})")
+    disabled = disabled_switches()
+    for s in stage_list:
+        if s.name in REQUIRED_STAGES and s.pass_name in disabled:
+            raise ValueError(f"stage {s.pass_name!r} cannot be disabled: the build needs it; "
+                             f"stages that may be disabled: {may}")
+    return [s for s in stage_list if s.pass_name not in disabled]
+
+
+def run_stages(mod: tvm.IRModule, stage_list: list[Stage]) -> tvm.IRModule:
+    """``mod`` through the enabled stages of ``stage_list`` (:func:`enabled_stages`), in order."""
+    for stage in enabled_stages(stage_list):
+        mod = stage.run(mod)
+    return mod
+
 
 def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
     """A Relax module from a Relax module, an ``onnx.ModelProto``, a path to a ``.onnx`` file
@@ -77,19 +185,9 @@ def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
     if isinstance(model, tvm.IRModule):
         return bind_relax_shapes(model, shapes)
     if isinstance(model, str | os.PathLike):
-        from tvm_npu.models.bundled import BUNDLED
+        from tvm_npu.models.registry import load_onnx  # a path or a bundled name, with one-line errors
 
-        path = Path(model)
-        if not path.is_file() and isinstance(model, str) and model in BUNDLED:
-            model = BUNDLED[model]()
-        elif not path.is_file():
-            raise FileNotFoundError(f"model file {str(path)!r} does not exist "
-                                    f"(bundled models: {', '.join(BUNDLED)})")
-        else:
-            try:
-                model = onnx.load(str(path))
-            except Exception as e:  # onnx raises DecodeError and friends for non-model files
-                raise ValueError(f"{str(path)!r} is not an ONNX model ({type(e).__name__}: {e})") from None
+        model = load_onnx(model)
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be a tvm.IRModule, an onnx.ModelProto or a path, not {type(model).__name__}")
     if not model.graph.node:
@@ -112,9 +210,18 @@ def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRMo
     return run
 
 
+def _context() -> tvm.transform.PassContext:
+    """opt_level 3 with the current context's ``disabled_pass``, ``required_pass`` and ``config``
+    (a user's ``with PassContext(disabled_pass=[...])`` reaches every pass of the build)."""
+    cur = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(opt_level=3, required_pass=[str(n) for n in cur.required_pass],
+                                     disabled_pass=[str(n) for n in cur.disabled_pass],
+                                     config=dict(cur.config.items()) if cur.config else None)
+
+
 def _seq(passes: list[tvm.transform.Pass]) -> Callable[[tvm.IRModule], tvm.IRModule]:
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        with tvm.transform.PassContext(opt_level=3):
+        with _context():
             return tvm.transform.Sequential(passes)(mod)
 
     return run
@@ -179,7 +286,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
             relax.transform.MergeCompositeFunctions(),
             unfold_host_layouts,
         ])),
-        Stage("plan", _seq([schedule_pass(target, tiles, dump_dir, plans, choices, chosen)])),
+        Stage("schedule", _seq([schedule_pass(target, tiles, dump_dir, plans, choices, chosen)])),
         Stage("codegen", codegen),
     ]
 
@@ -200,8 +307,9 @@ class BuildInfo:
     io_bytes: int = 0  # the model's own inputs and outputs (for the model-level bound)
     tuned_ops: int = 0  # NPU operators compiled with a tile from the tuning database
     tuned_plans: int = 0  # partitions planned as the tuning database's plan search chose
-    # what tvm_npu.tools.inspection reads the deployment memory from (tvm_npu.tools.inspection.build_memory): the target, the
-    # module after partitioning (host operators, calls of NPU functions) and after codegen (the NPU programs)
+    # what tvm_npu.tools.inspection reads the deployment memory from (tvm_npu.tools.inspection.build_memory): the
+    # target, the module after partitioning (host operators, calls of NPU functions) and after codegen (the NPU
+    # programs)
     target: str = ""
     partitioned: tvm.IRModule | None = field(default=None, repr=False, compare=False)
     compiled: tvm.IRModule | None = field(default=None, repr=False, compare=False)
@@ -291,12 +399,12 @@ def _dump(dump_dir: Path | None, index: int, name: str, mod: tvm.IRModule) -> No
 
 def partition_plans(model: Model, target: str | NpuTarget = "npu", *,
                params: Mapping[str, Any] | None = None, shapes: Shapes | None = None) -> list[PartitionPlan]:
-    """The plans of ``model``'s NPU partitions: every stage up to and including ``plan``
-    (``shapes``: as for :func:`load_model`)."""
-    npu = parse_target(target)
+    """The plans of ``model``'s NPU partitions: every stage up to and including ``schedule``
+    (``shapes``: as for :func:`load_model`; the current ``PassContext``'s switches apply)."""
+    npu = with_switches(parse_target(target))
     mod = load_model(model, shapes)
     plans: list[PartitionPlan] = []
-    for stage in stages(npu, params, plans=plans):
+    for stage in enabled_stages(stages(npu, params, plans=plans)):
         if stage.name == "codegen":
             break
         mod = stage.run(mod)
@@ -313,6 +421,7 @@ def build(
     database: str | os.PathLike | None = None,
     host: HostTarget = None,
     shapes: Shapes | None = None,
+    pipeline: Pipeline | None = None,
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
@@ -323,10 +432,14 @@ def build(
     ``tiles`` overrides the tile choice per operator signature directly; ``host`` is the llvm target of
     the host part (:func:`host_target`: a ``-mcpu``, ``-num-cores``, or an ``-mtriple`` to cross-compile);
     ``shapes`` (input name -> static shape, e.g. ``{"input": (1, 224, 224, 3)}``) binds symbolic input
-    dimensions, without it a symbolic batch dimension is 1 with a warning (:func:`load_model`).
+    dimensions, without it a symbolic batch dimension is 1 with a warning (:func:`load_model`);
+    ``pipeline`` replaces the stage list: it gets the default :class:`Stage` list and returns the one to run.
+
+    Stages and rewrites are switched off with ``tvm.transform.PassContext(disabled_pass=[...])``
+    (:data:`SWITCHES`, the module docstring).
     """
     return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database,
-                           host=host, shapes=shapes)[0]
+                           host=host, shapes=shapes, pipeline=pipeline)[0]
 
 
 def build_with_info(
@@ -339,9 +452,11 @@ def build_with_info(
     database: str | os.PathLike | None = None,
     host: HostTarget = None,
     shapes: Shapes | None = None,
+    pipeline: Pipeline | None = None,
 ) -> tuple[relax.VMExecutable, BuildInfo]:
-    """:func:`build`, also returning what went to the NPU and the host and the time per stage."""
-    npu = parse_target(target)
+    """:func:`build`, also returning what went to the NPU and the host and the time per stage
+    (of the stages that ran)."""
+    npu = with_switches(parse_target(target))
     llvm = host_target(host)  # checked before any work
     choices = None
     if database is not None:
@@ -361,7 +476,15 @@ def build_with_info(
     before = count_transforms(mod)
     plans: list[PartitionPlan] = []
     chosen: list[str] = []
-    for i, stage in enumerate(stages(npu, params, dump_path, tiles, plans, choices, chosen), start=1):
+    stage_list = stages(npu, params, dump_path, tiles, plans, choices, chosen)
+    if pipeline is not None:
+        stage_list = list(pipeline(list(stage_list)))
+    enabled = {id(s) for s in enabled_stages(stage_list)}  # checked before any work
+    for i, stage in enumerate(stage_list, start=1):
+        if id(stage) not in enabled:
+            continue
+        if info is None and stage.name in ("schedule", "codegen"):  # partition disabled or replaced
+            info, partitioned = partition_info(mod), mod
         t0 = time.perf_counter()
         mod = stage.run(mod)
         seconds[stage.name] = time.perf_counter() - t0
@@ -375,7 +498,8 @@ def build_with_info(
     t0 = time.perf_counter()
     ex = relax.build(mod, target=llvm)
     seconds["host"] = time.perf_counter() - t0
-    assert info is not None
+    if info is None:
+        info, partitioned = partition_info(mod), mod
     return ex, BuildInfo(*info[:5], transforms_inserted=max(0, inserted - before), partitions=info[5],
                          stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io, target=str(npu),
                          partitioned=partitioned, compiled=mod,

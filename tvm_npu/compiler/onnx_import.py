@@ -33,10 +33,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
+import tvm
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from tvm_npu.compiler.shapes import Dim, resolve_shapes
+from tvm_npu.models.inputs import input_values
+from tvm_npu.models.registry import opset
 
 #: Operators folded when every input is a constant: the arithmetic of shapes and indices, and
 #: pure data movement of constants. Quantize/dequantize are deliberately absent.
@@ -52,19 +55,27 @@ _MAX_GENERATED = 4096  # shapes, index ranges, small broadcasts; not weights (li
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
 
 
+#: The named rewrites of :func:`prepare`, in order: ``tvm.transform.PassContext(disabled_pass=[name])`` skips one.
+IMPORT_REWRITES: dict[str, str] = {
+    "npu.import.fold-shapes": "shape subgraphs (Shape, Gather, Concat ... on static shapes) -> constants",
+    "npu.import.fold-pads": "a Pad before a Conv / pooling folded into its pads",
+    "npu.import.clip-as-max-min": "Clip with min / max inputs -> Max / Min (TVM imports them as constants)",
+}
+
+
 def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with shape subgraphs folded, Clip bounds as Max / Min and foldable pads folded
-    (a new model; ``model`` is not modified)."""
+    (a new model; ``model`` is not modified). A rewrite named in the current ``PassContext``'s
+    ``disabled_pass`` (:data:`IMPORT_REWRITES`) is skipped."""
+    ctx = tvm.transform.PassContext.current()
+    disabled = {str(n) for n in ctx.disabled_pass} - {str(n) for n in ctx.required_pass}
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    fold_shapes(out)
-    fold_pads(out)
-    clips_as_max_min(out)
+    for name, rewrite in (("npu.import.fold-shapes", fold_shapes), ("npu.import.fold-pads", fold_pads),
+                          ("npu.import.clip-as-max-min", clips_as_max_min)):
+        if name not in disabled:
+            rewrite(out)
     return out
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -117,7 +128,7 @@ def fold_shapes(model: onnx.ModelProto) -> int:
     """Replace shape-arithmetic nodes whose result is known statically by initializers, in place;
     returns how many nodes were folded. Repeats shape inference until nothing more folds (a
     folded Reshape shape makes the shapes after it static)."""
-    graph, opset = model.graph, _opset(model)
+    graph, version = model.graph, opset(model)
     outputs_of_graph = {o.name for o in graph.output}
     folded_total = 0
     for _ in range(8):
@@ -135,7 +146,7 @@ def fold_shapes(model: onnx.ModelProto) -> int:
                 elif all(not name or name in values for name in node.input) and any(node.input) and \
                         (node.op_type not in _GENERATORS or math.prod(shapes.get(node.output[0], (1 << 62,)))
                          <= _MAX_GENERATED):  # sized before it is evaluated: a light model's weights are huge
-                    outputs = _evaluate(node, values, opset)
+                    outputs = _evaluate(node, values, version)
             if outputs is None or len(outputs) != len(node.output):
                 keep.append(node)
                 continue
@@ -466,9 +477,8 @@ def bind_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
     shape inference recomputes it for :func:`fold_shapes`; graph outputs get their inferred static shapes.
     ``option`` is how errors name what the user gave (``"shapes"`` or ``"--input-shape"``).
     """
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [vi for vi in model.graph.input
-              if vi.name not in inits and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")]
+    inputs = [vi for vi in input_values(model)
+              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")]
     declared = {vi.name: _declared(vi) for vi in inputs}
     static = resolve_shapes(declared, shapes, option)
     if all(static[n] == dims for n, dims in declared.items()):

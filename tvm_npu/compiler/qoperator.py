@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper, version_converter
 
+from tvm_npu.models.registry import opset as model_opset
+
 _MS = "com.microsoft"
 #: DequantizeLinear takes per-axis scales from this opset on.
 _PER_AXIS_OPSET = 13
@@ -65,7 +67,7 @@ def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in model.graph.node:
         if _is_qoperator(node) and _key(node) not in _REWRITES:
             raise _refuse(node, "it has no QDQ equivalent here")
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = model_opset(model)
     if opset < _PER_AXIS_OPSET:
         try:
             model = version_converter.convert_version(model, _PER_AXIS_OPSET)

@@ -19,6 +19,7 @@ import numbers
 import warnings
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -188,3 +189,21 @@ def bind_relax_shapes(mod: tvm.IRModule, shapes: Shapes | None = None) -> tvm.IR
                 if isinstance(d, tvm.tirx.Var):
                     binding[d] = v
     return relax.transform.BindSymbolicVars(binding, "main")(mod) if binding else mod
+
+
+def type_dims(ty: object) -> tuple[int | str, ...]:
+    """A Relax tensor type's dimensions (a symbolic one as its text); () for a type without a shape."""
+    shape = getattr(ty, "shape", None)
+    if not isinstance(shape, relax.ShapeExpr):
+        return ()
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape.values)
+
+
+def tensor_bytes(ty: object) -> int:
+    """Bytes of a (tuple of) static-shape Relax tensor type; 0 for anything else."""
+    if isinstance(ty, relax.TupleType):
+        return sum(tensor_bytes(f) for f in ty.fields)
+    dims = type_dims(ty)
+    if not isinstance(ty, relax.TensorType) or not all(isinstance(d, int) for d in dims) or ty.dtype == "void":
+        return 0
+    return int(np.prod(dims, dtype=np.int64)) * np.dtype(str(ty.dtype)).itemsize

@@ -1,10 +1,11 @@
 """Models to compile and check against: the light ONNX models shipped with the ``onnx``
-package, a weight randomiser for them, and the inputs the ONNX backend tests use.
+package, a weight randomiser for them and the README's small CNN.
 
 The light models carry constant weights (every weight is one repeated value, so every
 logit is equal and the reference output is a flat softmax): a correct compiler and a
 broken one can give the same answer. :func:`randomize_weights` replaces every weight
 by seeded random values of a sensible scale so the comparison with llvm means something.
+The backend tests' inputs are :func:`tvm_npu.models.inputs.backend_inputs`.
 """
 
 from __future__ import annotations
@@ -26,26 +27,6 @@ def light_model_path(name: str) -> Path:
         raise FileNotFoundError(f"light model {name!r} is not shipped with this onnx ({path}); "
                                 f"known: {', '.join(LIGHT_MODELS)}")
     return path
-
-
-def reference_output(name: str) -> np.ndarray:
-    """The expected output stored beside a light model."""
-    path = light_model_path(name).with_name(f"light_{name}_output_0.pb")
-    return numpy_helper.to_array(onnx.load_tensor(str(path)))
-
-
-def backend_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The inputs ONNX's backend test runner feeds light models (``arange / size``, in the input's type)."""
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        dims = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim)
-        n = int(np.prod(dims))
-        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)  # fp16 models take fp16
-        feeds[inp.name] = (np.arange(n).reshape(dims) / n).astype(dtype)
-    return feeds
 
 
 def _weight_values(rng: np.random.Generator, shape: tuple[int, ...], op: str, index: int) -> np.ndarray:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tvm_npu.config import DType, HardwareConfig, parse_target
 from tvm_npu.core.artifact import Artifact, LayerInfo
+from tvm_npu.report.text import columns, kib
 from tvm_npu.runtime.execute import PartitionRun, Profile
 from tvm_npu.simulator import decode_program, isa
 from tvm_npu.simulator.timing import dma_cost
@@ -86,7 +87,7 @@ class GroupReport:
 
 @dataclass(frozen=True)
 class DeploymentMemory:
-    """What a model needs on the device (bytes): :func:`tvm_npu.tools.inspection.deployment_memory` explains each figure;
+    """What a model needs on the device (bytes): :func:`tvm_npu.report.memory.deployment_memory` explains each figure;
     ``tvm-npu inspect`` and ``tvm-npu profile`` print it alike (:meth:`lines`)."""
 
     npu_weight_bytes: int
@@ -113,11 +114,6 @@ class DeploymentMemory:
                 + (f"; the largest operator needs {kib(self.sram_largest_op)} KiB, consecutive operators' buffers "
                    f"are placed apart so that one's loads overlap the other's work"
                    if self.sram_high_water > 1.1 * self.sram_largest_op else "")]
-
-
-def kib(nbytes: int) -> str:
-    """``nbytes`` in KiB, whole above 1 KiB, to two decimals below (so a small figure is not shown as 0)."""
-    return f"{nbytes / 1024:,.0f}" if nbytes >= 1024 or not nbytes else f"{nbytes / 1024:.2f}"
 
 
 @dataclass(frozen=True)
@@ -211,13 +207,6 @@ class ModelReport:
                          f"{kib(self.program_bytes)} KiB, SRAM high-water {kib(self.sram_high_water)} KiB "
                          f"(activations and host weights: tvm-npu inspect)")
         return "\n".join(lines)
-
-
-def columns(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """``head`` and ``rows`` as left-aligned columns, with a rule under the head."""
-    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in (head, ["-" * w for w in widths], *rows)]
 
 
 def layer_bound(hw: HardwareConfig, layer: LayerInfo) -> tuple[float, float, float]:
@@ -415,7 +404,7 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
            memory: DeploymentMemory | None = None) -> ModelReport:
     """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``;
     ``io_bytes``: the model's own input and output bytes (for the model-level bound); ``memory``: its build's
-    deployment memory (:func:`tvm_npu.tools.inspection.build_memory`)."""
+    deployment memory (:func:`tvm_npu.report.memory.build_memory`)."""
     if any(not run.trace for run in profile.runs):
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
     layers: list[LayerReport] = []

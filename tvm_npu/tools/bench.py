@@ -16,7 +16,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,12 +30,20 @@ from tvm import relax
 
 from tvm_npu.compiler.driver import BuildInfo, HostTarget, build_reference, build_with_info, host_target
 from tvm_npu.compiler.onnx_import import bind_input_shapes
-from tvm_npu.compiler.shapes import Shapes, bind_relax_shapes
+from tvm_npu.compiler.shapes import Shapes, bind_relax_shapes, type_dims
 from tvm_npu.config import parse_target
-from tvm_npu.models.bundled import BUNDLED  # models known by name (re-exported for the CLI and benchmarks)
-from tvm_npu.models.light import backend_inputs
+from tvm_npu.models.inputs import (  # TensorSpec, shape_text: re-exported, their old home
+    TensorSpec,
+    backend_inputs,
+    graph_inputs,
+    random_arrays,
+    shape_text,  # noqa: F401
+)
+from tvm_npu.models.registry import BUNDLED, load_onnx, model_name  # noqa: F401  (BUNDLED: re-exported)
 from tvm_npu.report.layers import ModelReport, report
+from tvm_npu.report.memory import build_memory
 from tvm_npu.report.profiling import profile
+from tvm_npu.report.text import first_line, op_counts, wall_time
 from tvm_npu.runtime.execute import Profile
 
 #: A model in memory: what ``build_with_info`` and ``build_reference`` accept, minus paths.
@@ -44,19 +52,10 @@ LoadedModel = onnx.ModelProto | tvm.IRModule
 
 # ------------------------------------------------------------------------------ models
 def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
-    """``(display name, model)`` for a path to a ``.onnx`` file or a name in :data:`BUNDLED`.
-
-    A path that exists wins over a bundled name, so a local file is never shadowed.
-    """
-    path = Path(spec)
-    if path.is_file():
-        try:
-            return path.stem, onnx.load(str(path))
-        except Exception as e:  # protobuf raises DecodeError and friends for non-model files
-            raise ValueError(f"{spec!r} is not an ONNX model ({type(e).__name__})") from None
-    if spec in BUNDLED:
-        return spec, BUNDLED[spec]()
-    raise FileNotFoundError(f"model file {spec!r} does not exist (bundled models: {', '.join(BUNDLED)})")
+    """``(display name, model)`` for a path to a ``.onnx`` file or a name in :data:`BUNDLED`
+    (:func:`tvm_npu.models.registry.load_onnx`: a path that exists wins over a bundled name)."""
+    model = load_onnx(spec)
+    return model_name(spec), model
 
 
 def input_names(model: LoadedModel) -> list[str]:
@@ -64,41 +63,15 @@ def input_names(model: LoadedModel) -> list[str]:
     return [i.name for i in model_inputs(model)]
 
 
-def shape_text(dims: Sequence[int | str]) -> str:
-    """``(1, 3, 224, 224)``; a 1-tuple as ``(10,)``."""
-    return "(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output: name, shape (a symbolic dimension by its name) and element type."""
-
-    name: str
-    shape: tuple[int | str, ...]
-    dtype: str
-
-    def text(self) -> str:
-        return f"{self.name}: {self.dtype} {shape_text(self.shape)}"
-
-
 def model_inputs(model: LoadedModel) -> list[TensorSpec]:
     """The inputs of an ONNX model (graph inputs that are not initializers) or of a Relax module's ``main``."""
     if isinstance(model, onnx.ModelProto):
-        inits = {i.name for i in model.graph.initializer}
-
-        def onnx_dtype(elem_type: int) -> str:
-            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name if elem_type else "?"
-
-        return [TensorSpec(i.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                                        for d in i.type.tensor_type.shape.dim),
-                          onnx_dtype(i.type.tensor_type.elem_type))
-                for i in model.graph.input if i.name not in inits]
+        return list(graph_inputs(model).values())
 
     def relax_input(p: relax.Var) -> TensorSpec:
         if not isinstance(p.ty, relax.TensorType) or not isinstance(p.ty.shape, relax.ShapeExpr):
             return TensorSpec(p.name, (), "?")
-        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in p.ty.shape.values)
-        return TensorSpec(p.name, dims, str(p.ty.dtype))
+        return TensorSpec(p.name, type_dims(p.ty), str(p.ty.dtype))
 
     return [relax_input(p) for p in model["main"].params]
 
@@ -142,23 +115,8 @@ def check_inputs(arrays: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> N
                              f"given {given}{fix}")
 
 
-def random_inputs(specs: Sequence[TensorSpec], seed: int) -> list[np.ndarray]:
-    """Seeded arrays for ``specs``: standard normal for floats, the whole range for 8-bit integers, 0..9 for wider
-    integers (index-like inputs); a symbolic or unknown dimension is an error naming the input."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for spec in specs:
-        if spec.dtype == "?" or not all(isinstance(d, int) for d in spec.shape):
-            raise ValueError(f"input {spec.name!r} has no static shape ({spec.text()}): give its array with --inputs")
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            arrays.append(rng.standard_normal(spec.shape).astype(dtype))
-        elif dtype.kind == "b":
-            arrays.append(rng.integers(0, 2, spec.shape).astype(dtype))
-        else:
-            low, high = (np.iinfo(dtype).min, np.iinfo(dtype).max) if dtype.itemsize == 1 else (0, 9)
-            arrays.append(rng.integers(low, high, spec.shape, endpoint=True).astype(dtype))
-    return arrays
+#: Seeded arrays for input specs (:func:`tvm_npu.models.inputs.random_arrays`, the one generator).
+random_inputs = random_arrays
 
 
 def default_inputs(model: LoadedModel, seed: int = 0) -> list[np.ndarray]:
@@ -185,7 +143,7 @@ def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except ValueError as e:  # an object array inside
-        raise ValueError(f"inputs file {str(path)!r}: {_first_line(e)}; accepted: numeric arrays") from None
+        raise ValueError(f"inputs file {str(path)!r}: {first_line(e)}; accepted: numeric arrays") from None
     positional = [f"arr_{i}" for i in range(len(names))]
     if set(arrays) == set(names):
         return [arrays[n] for n in names]
@@ -194,10 +152,6 @@ def read_inputs(path: str | Path, names: Sequence[str]) -> list[np.ndarray]:
     raise ValueError(f"{path} holds arrays {sorted(arrays)}; the model takes {len(names)} input(s) "
                      f"{list(names)}: name the arrays so, or save exactly {len(names)} positionally "
                      f"(np.savez(path, *arrays))")
-
-
-def _first_line(e: BaseException) -> str:
-    return next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
 
 
 # --------------------------------------------------------------------------- progress
@@ -355,7 +309,7 @@ def onnxruntime_column(model: LoadedModel, inputs: Sequence[np.ndarray], repeat:
         return ({str(t): onnxruntime_latency(model, inputs, t, repeat) for t in onnxruntime_threads()},
                 f"onnxruntime {ort.__version__}")
     except Exception as e:  # an operator or opset onnxruntime does not run: the column says so, the rest stands
-        return {}, f"failed ({_first_line(e)})"
+        return {}, f"failed ({first_line(e)})"
 
 
 def runnable_triple(target: tvm.target.Target) -> str | None:
@@ -605,18 +559,4 @@ def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
 
 def model_report(prof: Profile, info: BuildInfo) -> ModelReport:
     """The per-layer report of a traced run, with the host figures and the deployment memory of its build."""
-    from tvm_npu.tools.inspection import build_memory  # imported here: tvm_npu.tools.inspection imports this module
-
     return report(prof, info.host_macs, info.layout_transforms, info.io_bytes, build_memory(info))
-
-
-def wall_time(seconds: float) -> str:
-    """A wall time for people: milliseconds below one second (a 3 ms run is not "0.00 s")."""
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-def op_counts(counts: Mapping[str, int]) -> str:
-    """``{"relax.nn.conv2d": 4}`` -> ``"conv2d x4"``, most frequent first."""
-    short = sorted(((n.removeprefix("relax.").removeprefix("nn."), c) for n, c in counts.items()),
-                   key=lambda nc: (-nc[1], nc[0]))
-    return ", ".join(f"{n} x{c}" for n, c in short) or "none"

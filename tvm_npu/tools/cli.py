@@ -9,6 +9,7 @@ stderr, and only when it is a terminal.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -16,7 +17,7 @@ import textwrap
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,9 @@ def _inputs_arg(p: argparse.ArgumentParser) -> None:
                         "default: the ONNX backend-test inputs (arange / size)")
 
 
+_Command = Callable[..., argparse.ArgumentParser]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (also used to render ``--help``)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -129,13 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=f"run '{PROG} COMMAND --help' for each command's options")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    command = functools.partial(_subcommand, sub, common)
+    for add in (_compile_command, _inspect_command, _run_command, _profile_command, _bench_command, _tune_command,
+                _quantize_command, _compare_command, _demo_command):
+        add(command)
+    return parser
 
-    def command(name: str, summary: str, details: str, targets: bool = True) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], help=summary,
-                              description=f"{summary}\n{textwrap.dedent(details)}",
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog=_target_epilog() if targets else None)
 
+def _subcommand(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, name: str, summary: str,
+                details: str, targets: bool = True) -> argparse.ArgumentParser:
+    """A subcommand's parser: its one-line summary, then its details, then the target options unless
+    ``targets`` is False; with the ``common`` options (``-v``)."""
+    return sub.add_parser(name, parents=[common], help=summary,
+                          description=f"{summary}\n{textwrap.dedent(details)}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog=_target_epilog() if targets else None)
+
+
+def _compile_command(command: _Command) -> None:
+    """The ``compile`` subcommand and its arguments."""
     p = command("compile", "Compile an ONNX model for the NPU and export it as a shared library.", """
         Prints which operators went to the NPU and which stayed on the host (llvm), the share
         of MACs on the NPU and the time of every build stage. Load the library with
@@ -151,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "its spec, scheduled and lowered TIR, schedule trace and program disassembly")
     p.set_defaults(func=cmd_compile)
 
+
+def _inspect_command(command: _Command) -> None:
+    """The ``inspect`` subcommand and its arguments."""
     p = command("inspect", "Show a model's inputs and outputs, where each operator runs, and its device memory.", """
         Lists the inputs and outputs (names, shapes, dtypes; initializers are weights, not
         inputs), every operator in program order: on the NPU (which partition, the epilogue
@@ -163,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write everything as JSON")
     p.set_defaults(func=cmd_inspect)
 
+
+def _run_command(command: _Command) -> None:
+    """The ``run`` subcommand and its arguments."""
     p = command("run", "Run an exported model (NPU partitions on the simulator, the rest on the CPU).", """
         Prints a summary of every output and the simulated NPU time; '--stats' adds the
         simulator's statistics for every NPU partition run. The target is the one the
@@ -182,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "descriptors, wasted burst bytes, SRAM high-water mark, instructions, engine utilisation")
     p.set_defaults(func=cmd_run)
 
+
+def _profile_command(command: _Command) -> None:
+    """The ``profile`` subcommand and its arguments."""
     p = command("profile", "Build, run once with a timeline and report every NPU layer against the roofline.", """
         Prints first the end-to-end latency of one inference (the simulated NPU part plus the
         host part measured on this CPU, median of --repeat runs, and its operators), then
@@ -207,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     _host_arg(p)
     p.set_defaults(func=cmd_profile)
 
+
+def _bench_command(command: _Command) -> None:
+    """The ``bench`` subcommand and its arguments."""
     p = command("bench", "End-to-end latency of the NPU build against llvm and onnxruntime on this CPU.", """
         Prints first the end-to-end latency of one inference: the NPU part (simulated, at the
         configured clock) plus the host part (measured on this CPU: the run's wall time minus
@@ -225,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     _host_arg(p)
     p.set_defaults(func=cmd_bench)
 
+
+def _tune_command(command: _Command) -> None:
+    """The ``tune`` subcommand and its arguments."""
     p = command("tune", "Autotune the model's NPU operators and plans with TVM's meta_schedule.", """
         Every distinct NPU operator is a meta_schedule task: its template's parameters (tile
         sizes, loop order, pipeline stages, engine) are searched by evolutionary search with an
@@ -249,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a candidate's build or measurement taking longer is a failed trial (default: %(default)s)")
     p.set_defaults(func=cmd_tune)
 
+
+def _quantize_command(command: _Command) -> None:
+    """The ``quantize`` subcommand and its arguments."""
     p = command("quantize", "Quantize an fp32 ONNX model to int8 QDQ with onnxruntime's quantize_static.", f"""
         Weights are symmetric int8, per output channel unless --per-tensor; activations are
         asymmetric int8 or uint8, their ranges calibrated (min/max) on --calibration arrays
@@ -273,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     _input_shape_arg(p)
     p.set_defaults(func=cmd_quantize)
 
+
+def _compare_command(command: _Command) -> None:
+    """The ``compare`` subcommand and its arguments."""
     p = command("compare", "Layer-by-layer error of a quantized or fp16 ONNX model against its fp32 reference.", """
         Matches every fp32 tensor of the reference with the tensor of MODEL that carries it
         (the DequantizeLinear output of a QDQ model from 'tvm-npu quantize', or the same name
@@ -300,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=0, metavar="K", help="also list the K tensors of lowest SNR")
     p.set_defaults(func=cmd_compare)
 
+
+def _demo_command(command: _Command) -> None:
+    """The ``demo`` subcommand and its arguments."""
     p = command("demo", f"The README's main job: {DEMO_MODEL} on the NPU simulator against llvm.", f"""
         Compiles the bundled model {DEMO_MODEL} for the NPU and for llvm, runs both on the
         same seeded input, prints the comparison ('tvm-npu bench') and the per-layer report,
@@ -311,7 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed runs of each build after one warm-up; the median is reported (default: %(default)s)")
     _host_arg(p)
     p.set_defaults(func=cmd_demo)
-    return parser
 
 
 # ------------------------------------------------------------------------------ helpers

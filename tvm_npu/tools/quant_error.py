@@ -27,8 +27,9 @@ from tvm import relax
 from tvm_npu.compiler.driver import build, build_reference
 from tvm_npu.compiler.onnx_import import bind_input_shapes
 from tvm_npu.config import parse_target
+from tvm_npu.models.inputs import graph_inputs
 from tvm_npu.tools.bench import to_numpy
-from tvm_npu.tools.quantize import Sample, graph_inputs, require_onnxruntime
+from tvm_npu.tools.quantize import Sample, require_onnxruntime
 
 ENGINES = ("npu", "onnxruntime")
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}

@@ -5,8 +5,8 @@ the quantizer itself is onnxruntime's, well kept and what users already trust; t
 module chooses the settings the NPU wants (symmetric int8 weights, per output channel
 by default; int8 or uint8 activations), prepares the model (opset 13, batch-norm folded)
 and turns the usual mistakes with calibration data into one-line errors that name the
-input. The input helpers (:func:`graph_inputs`, :func:`random_samples`,
-:func:`npz_samples`) are shared with :mod:`tvm_npu.tools.quant_error`.
+input. The input helpers (:func:`random_samples`, :func:`npz_samples`; the graph's inputs are
+:func:`tvm_npu.models.inputs.graph_inputs`) are shared with :mod:`tvm_npu.tools.quant_error`.
 
 onnxruntime is an optional dependency (``pip install "tvm-npu[quantize]"``).
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +25,9 @@ from onnx import helper, version_converter
 
 from tvm_npu.compiler.onnx_import import bind_input_shapes
 from tvm_npu.compiler.shapes import check_shapes
+from tvm_npu.models.inputs import InputSpec, graph_inputs, random_arrays  # InputSpec, graph_inputs: re-exported
+from tvm_npu.models.registry import load_onnx, opset  # re-exported: their old home
+from tvm_npu.report.text import first_line
 
 #: The lowest opset with per-axis QuantizeLinear/DequantizeLinear (per-channel weights).
 MIN_OPSET = 13
@@ -47,29 +49,6 @@ def require_onnxruntime() -> ModuleType:
 
 
 # ------------------------------------------------------------------------- model inputs
-@dataclass(frozen=True)
-class InputSpec:
-    """A run-time graph input: its shape (a ``str`` for a symbolic dimension) and numpy dtype."""
-
-    name: str
-    shape: tuple[int | str, ...]
-    dtype: np.dtype
-
-
-def graph_inputs(model: onnx.ModelProto) -> dict[str, InputSpec]:
-    """The real inputs of ``model`` by name, in order; inputs that are also initializers
-    (old IR versions list every weight as an input) are weights, not inputs."""
-    inits = {t.name for t in model.graph.initializer}
-    specs = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
-        specs[vi.name] = InputSpec(vi.name, dims, helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    return specs
-
-
 def _fits(shape: tuple[int, ...], expected: tuple[int | str, ...]) -> bool:
     """Whether ``shape`` has ``expected``'s rank and static dimensions (symbolic ones match anything)."""
     if len(shape) != len(expected):
@@ -102,8 +81,9 @@ def random_samples(model: onnx.ModelProto, count: int, seed: int = 0,
         if not np.issubdtype(specs[name].dtype, np.floating):
             raise ValueError(f"input {name!r} takes {specs[name].dtype}; random inputs are floating-point only: "
                              f"pass arrays")
-    rng = np.random.default_rng(seed)
-    return [{n: rng.standard_normal(shapes[n]).astype(specs[n].dtype) for n in specs} for _ in range(count)]
+    rng = np.random.default_rng(seed)  # one generator, drawing sample after sample
+    bound = [InputSpec(n, shapes[n], specs[n].dtype) for n in specs]
+    return [dict(zip(specs, random_arrays(bound, rng), strict=True)) for _ in range(count)]
 
 
 def check_samples(arrays: Mapping[str, np.ndarray], model: onnx.ModelProto, source: str = "calibration",
@@ -166,31 +146,10 @@ def calibration_samples(model: onnx.ModelProto, calibration: CalibrationSource |
 
 
 # ---------------------------------------------------------------------------- quantize
-def _first_line(e: BaseException) -> str:
-    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-
-
-def opset(model: onnx.ModelProto) -> int:
-    """The model's default-domain (``ai.onnx``) opset version."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
 def qdq_counts(model: onnx.ModelProto) -> tuple[int, int]:
     """(QuantizeLinear nodes, DequantizeLinear nodes) of the main graph."""
     ops = [n.op_type for n in model.graph.node]
     return ops.count("QuantizeLinear"), ops.count("DequantizeLinear")
-
-
-def load_onnx(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
-    """A ModelProto from itself or a path, with a one-line error for a file that is not a model."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if not Path(model).is_file():
-        raise FileNotFoundError(f"model file {str(model)!r} does not exist")
-    try:
-        return onnx.load(str(model))
-    except Exception as e:  # protobuf raises DecodeError and friends for non-model files
-        raise ValueError(f"{str(model)!r} is not an ONNX model ({type(e).__name__})") from None
 
 
 def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -205,7 +164,7 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
             model = version_converter.convert_version(model, MIN_OPSET)
         except Exception as e:
             raise ValueError(f"cannot upgrade the model from opset {opset(model)} to {MIN_OPSET}, which "
-                             f"per-axis quantization needs: {_first_line(e)}") from None
+                             f"per-axis quantization needs: {first_line(e)}") from None
     else:
         model = onnx.ModelProto.FromString(model.SerializeToString())
     inits = {t.name for t in model.graph.initializer}

@@ -169,7 +169,7 @@ def npu_partitions(model: Any, target: str | NpuTarget, *,
     npu = parse_target(target)
     mod = load_model(model)
     for stage in stages(npu, params):
-        if stage.name == "plan":
+        if stage.name == "schedule":
             break
         mod = stage.run(mod)
     out: dict[str, PartitionGraph] = {}

@@ -71,6 +71,27 @@ def seconds_to_cycles(seconds: float, target: str) -> int:
     return round(seconds * parse_target(target).hw.clock_mhz * 1e6)
 
 
+def shutdown_pool(pool: PopenPoolExecutor) -> None:
+    """Stop ``pool`` and every worker process it started. TVM's ``shutdown`` kills the workers and then
+    waits for the jobs still queued, which start them again (left running after it returned): those
+    jobs are cancelled first, and any worker a job started meanwhile is killed after."""
+    threads = getattr(pool, "_threadpool", None)
+    if threads is not None:
+        threads.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=True)
+    for worker in list(getattr(pool, "_worker_map", {}).values()):
+        worker.kill()
+
+
+def shutdown_runner(runner: object) -> None:
+    """Stop the worker processes of a runner made here (:class:`NpuLocalRunner`, :func:`rpc_runner`);
+    nothing for another kind of runner."""
+    if isinstance(runner, NpuLocalRunner):
+        runner.shutdown()
+    elif isinstance(getattr(runner, "pool", None), PopenPoolExecutor):
+        shutdown_pool(runner.pool)
+
+
 @derived_object
 class _Future(PyRunnerFuture):
     """A popen-pool future as meta_schedule's ``RunnerFuture``; errors become failed results."""
@@ -110,7 +131,8 @@ class NpuLocalRunner(PyRunner):
                 for r in runner_inputs]
 
     def shutdown(self) -> None:
-        self.pool.shutdown()
+        """Stop the worker processes (:func:`shutdown_pool`)."""
+        shutdown_pool(self.pool)
 
 
 # ---------------------------------------------------------------------- RPC
@@ -198,7 +220,7 @@ def rpc_runner(tracker: str, key: str = DEFAULT_KEY, *, workers: int | None = No
                        f_alloc_argument=_no_arguments, f_run_evaluator=_run_remote, f_cleanup=_no_cleanup,
                        max_workers=workers)
     # RPCRunner's pool waits without limit; a request no server takes (all died) would hang the run.
-    runner.pool.shutdown()
+    shutdown_pool(runner.pool)
     runner.pool = PopenPoolExecutor(max_workers=workers, timeout=2 * timeout_sec + RPC_SLACK_SEC)
     return runner
 

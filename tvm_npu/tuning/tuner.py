@@ -28,17 +28,14 @@ the winning plan per partition, for that target only.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import random
 import sys
 import types
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +45,9 @@ from tvm import s_tir
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.core.ops import OpSpec, spec_key
 from tvm_npu.core.plan import spec_to_json
-from tvm_npu.core.tiles import TileParams, tile_from_json, tile_to_json
 from tvm_npu.tir_schedules import tile_search
 from tvm_npu.tir_schedules.kind import kind_of
+from tvm_npu.tuning.candidate import N_FEATURES, build_candidate, features  # noqa: F401 (re-exported)
 from tvm_npu.tuning.database import best_records, best_tiles, measurements, open_database
 from tvm_npu.tuning.space import (
     KEY_ATTR,
@@ -59,10 +56,10 @@ from tvm_npu.tuning.space import (
     SPEC_ATTR,
     TARGET_ATTR,
     design_space,
-    parse_spec,
-    space_of,
-    task_of,
-    tile_of,
+    parse_spec,  # noqa: F401 (re-exported)
+    space_of,  # noqa: F401 (re-exported)
+    task_of,  # noqa: F401 (re-exported)
+    tile_of,  # noqa: F401 (re-exported)
     tile_space,
     trace_for,
 )
@@ -112,142 +109,12 @@ def workload(task: Task, target: NpuTarget) -> tvm.IRModule:
 
 
 # ----------------------------------------------------- meta_schedule components
-def _components():
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-    from tvm.s_tir.meta_schedule.feature_extractor import PyFeatureExtractor
-    from tvm.s_tir.meta_schedule.mutator import PyMutator
-    from tvm.s_tir.meta_schedule.postproc import PyPostproc
-    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
-
-    @derived_object
-    class LegalTile(PyPostproc):
-        """Rejects a sampled combination of parameters that is not a legal tile."""
-
-        def _initialize_with_tune_context(self, context) -> None:
-            pass
-
-        def apply(self, sch: s_tir.Schedule) -> bool:
-            try:
-                return tile_of(sch.mod) in space_of(sch.mod["main"]).legal
-            except (TypeError, ValueError, KeyError, IndexError):
-                return False
-
-        def clone(self) -> LegalTile:
-            return LegalTile()
-
-    @derived_object
-    class MutateParameter(PyMutator):
-        """Re-draws one template parameter (meta_schedule's own mutators change tile-size splits,
-        unrolling, parallelism and compute locations, none of which this space has)."""
-
-        def __init__(self, seed: int = 0) -> None:
-            super().__init__()
-            self.rng = random.Random(seed)
-
-        def _initialize_with_tune_context(self, context) -> None:
-            self.rng = random.Random(int(context.rand_state))
-
-        def apply(self, trace: s_tir.Trace, _) -> s_tir.Trace | None:
-            sampled = [i for i in trace.insts if i.kind.name == "SampleCategorical"]
-            if not sampled:
-                return None
-            inst = self.rng.choice(sampled)
-            n = len(inst.attrs[0])
-            old = int(trace.decisions[inst])
-            new = self.rng.choice([i for i in range(n) if i != old])
-            return trace.with_decision(inst, new, remove_postproc=True)
-
-        def clone(self) -> MutateParameter:
-            return MutateParameter(self.rng.randrange(1 << 30))
-
-    @derived_object
-    class TileFeatures(PyFeatureExtractor):
-        """Per candidate: the tile's parameters and the analytic cost model's breakdown of it."""
-
-        def extract_from(self, context, candidates) -> list:
-            return [tvm.runtime.tensor(np.asarray([features(c.sch.mod)], dtype="float32")) for c in candidates]
-
-    @derived_object
-    class NpuBuilder(PyBuilder):
-        """Compiles candidates with the template and the codegen, in ``workers`` processes."""
-
-        def __init__(self, workers: int | None = None, timeout_sec: float = 600.0, out_dir: str | None = None) -> None:
-            super().__init__()
-            self.workers = workers or os.cpu_count() or 1
-            self.timeout_sec = timeout_sec
-            self.out_dir = out_dir
-
-        def build(self, build_inputs: list) -> list:
-            results: list = [None] * len(build_inputs)
-            jobs = []
-            for i, inp in enumerate(build_inputs):
-                try:
-                    func = inp.mod["main"]
-                    jobs.append((i, (str(func.attrs[SPEC_ATTR]), json.dumps(tile_to_json(tile_of(inp.mod))),
-                                     str(func.attrs[TARGET_ATTR]), self.out_dir)))
-                except (TypeError, ValueError, KeyError, IndexError) as e:
-                    results[i] = BuilderResult(None, f"NpuBuilder: malformed candidate: {e}")
-            pool = PopenPoolExecutor(max_workers=min(self.workers, max(1, len(jobs))), timeout=self.timeout_sec)
-            try:
-                for (i, _), res in zip(jobs, pool.map_with_error_catching(lambda a: build_candidate(*a),
-                                                                          [a for _, a in jobs]), strict=True):
-                    if res.status == StatusKind.COMPLETE:
-                        results[i] = BuilderResult(res.value, None)
-                    elif res.status == StatusKind.TIMEOUT:
-                        results[i] = BuilderResult(None, f"NpuBuilder: timeout after {self.timeout_sec} s")
-                    else:
-                        results[i] = BuilderResult(None, f"NpuBuilder: {res.value}")
-            finally:
-                pool.shutdown()
-            return results
+def _components() -> tuple[type, type, type, type]:
+    """LegalTile, MutateParameter, TileFeatures, NpuBuilder (:mod:`tvm_npu.tuning.components`),
+    imported here, when tuning starts: importing this module does not import meta_schedule."""
+    from tvm_npu.tuning.components import LegalTile, MutateParameter, NpuBuilder, TileFeatures
 
     return LegalTile, MutateParameter, TileFeatures, NpuBuilder
-
-
-def build_candidate(spec_text: str, tile_text: str, target_text: str, out_dir: str | None) -> str:
-    """Compile one operator with one tile into an artifact file (runs in a builder worker)."""
-    from tvm_npu.codegen.operator import standalone_program
-    from tvm_npu.core.artifact import Artifact
-    from tvm_npu.core.views import without_views
-    from tvm_npu.tuning.measure import write_artifact
-
-    spec, tile, npu = parse_spec(spec_text), tile_from_json(json.loads(tile_text)), parse_target(target_text)
-    program, _ = standalone_program(spec, tile, npu.hw)
-    bare = without_views(spec)
-    blob = Artifact.pack(spec.name, str(npu), [t.name for t in bare.inputs], [bare.out.name], [], program)
-    return write_artifact(blob, out_dir)
-
-
-#: Width of :func:`features` (meta_schedule's XGB model stacks every task's rows in one matrix).
-N_FEATURES = 18
-_KINDS = ("conv2d", "matmul", "pool", "elementwise", "rowwise")
-
-
-def features(mod: tvm.IRModule) -> list[float]:
-    """The analytic model's view of a candidate: log2 of its predicted cycles and their parts, DRAM
-    bytes moved and wasted, SRAM share, steps, plus stages, loop order, engine and operator kind."""
-    func = mod["main"]
-    spec, npu = task_of(func)
-    tile = tile_of(mod)
-    return list(_features(spec, tile, npu))
-
-
-@cache
-def _features(spec: OpSpec, tile: TileParams, npu: NpuTarget) -> tuple[float, ...]:
-    kind = kind_of(spec)
-    est = tile_search.estimate(spec, tile, npu.hw)
-    lg = [math.log2(1 + x) for x in (est.cycles, est.tensor_cycles, est.vector_cycles, est.load_cycles,
-                                      est.store_cycles, est.channel_cycles, est.dram_bytes, est.wasted_bytes,
-                                      kind.step_count(spec, tile), kind.outer_count(spec, tile))]
-    order = getattr(tile, "order", None)
-    engine = getattr(tile, "engine", None)
-    row = [*lg, est.sram_bytes / npu.hw.max_sram_bytes, float(tile.stages),
-           float(order is not None and order.value == "b"), float(engine is not None and engine.value == "vector"),
-           *(float(kind.name == k) for k in _KINDS[:4])]
-    assert len(row) == N_FEATURES
-    return tuple(row)
-
 
 
 # --------------------------------------------------------------------------- tuning
@@ -326,7 +193,7 @@ def tune(
     whose build or measurement takes longer than ``timeout_sec`` is recorded as a failed trial. ``shapes``
     binds symbolic input dimensions (:func:`tvm_npu.load_model`)."""
     from tvm_npu.compiler.driver import load_model, partition_plans
-    from tvm_npu.tuning.measure import NpuLocalRunner, rpc_runner
+    from tvm_npu.tuning.measure import NpuLocalRunner, rpc_runner, shutdown_runner
 
     npu = parse_target(target)
     if trials < 1:
@@ -345,9 +212,8 @@ def tune(
 
             search(model, npu, work_dir, runner=runner, tiles=best_tiles(work_dir, npu), params=params,
                    progress=progress)
-    finally:
-        if isinstance(runner, NpuLocalRunner):
-            runner.shutdown()
+    finally:  # the runner's worker processes, local or RPC clients, also when tuning failed or was interrupted
+        shutdown_runner(runner)
     return results
 
 

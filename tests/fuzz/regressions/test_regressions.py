@@ -10,7 +10,6 @@ them with ``python tests/fuzz/regressions/test_regressions.py``); a test keeps t
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,12 +17,9 @@ import onnx
 import pytest
 
 import tvm_npu
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphs import GraphBuilder
-from known_bugs import KNOWN_BUGS
-from oracle import run_case
+from tvm_npu.testing.graphs import GraphBuilder
+from tvm_npu.testing.known_bugs import KNOWN_BUGS
+from tvm_npu.testing.oracle import run_case
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,10 +1,8 @@
-"""benchmarks/vela_compare.py's own logic, without tensorflow or Vela: reading Vela's CSVs, pairing
-layers, cutting a QDQ model into quantized layers and judging each alone against onnxruntime."""
+"""What benchmarks/vela_compare.py relies on, without tensorflow or Vela (tvm_npu.testing): reading Vela's
+CSVs, pairing layers, cutting a QDQ model into quantized layers and judging each alone against onnxruntime."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,11 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vela_compare.py"
-spec = importlib.util.spec_from_file_location("vela_compare", SCRIPT)
-vc = importlib.util.module_from_spec(spec)
-sys.modules["vela_compare"] = vc  # its dataclasses look their module up there
-spec.loader.exec_module(vc)
+from tvm_npu.testing import layerwise
+from tvm_npu.testing import vela as vela_csv
 
 PER_LAYER_HEAD = ("Original Operator,NNG Operator,Target,Staging Usage,Peak% (Staging),Op Cycles,Network% (cycles),"
                   "NPU,SRAM AC,DRAM AC,OnFlash AC,OffFlash AC,MAC Count,Network% (MAC),Util% (MAC),Name\n")
@@ -27,7 +22,7 @@ def test_vela_summary_and_per_layer_csv(tmp_path: Path) -> None:
     summary = tmp_path / "net_summary_TvmNpu.csv"
     summary.write_text("experiment,network,core_clock,dram_bandwidth,nn_macs,cycles_npu,cycles_total\n"
                        "default,net,1000000000.0,14.901161193847656,300838992,3135642,3146377\n")
-    got = vc.read_vela_summary(summary)
+    got = vela_csv.read_vela_summary(summary)
     assert got["cycles_total"] == 3146377 and got["network"] == "net"
     assert got["dram_bandwidth"] * 2**30 / got["core_clock"] == pytest.approx(16.0)
 
@@ -38,7 +33,7 @@ def test_vela_summary_and_per_layer_csv(tmp_path: Path) -> None:
                       + "Pad,MemoryCopy,NPU,0,0,8361,0,8361,0,0,0,0,7296,0,0,conv1\n"
                       + "Softmax,Sub,NPU,0,0,1008,0,1008,0,0,0,0,0,0,0,sm\n"
                       + "Softmax,Mul,NPU,0,0,18,0,18,0,0,0,0,0,0,0,sm\n")
-    assert vc.read_vela_layers(layers) == [
+    assert vela_csv.read_vela_layers(layers) == [
         {"name": "conv1", "op": "Conv2D", "cycles": 152450, "macs": 10838016, "target": "NPU"},
         {"name": "conv1", "op": "Pad", "cycles": 8361, "macs": 7296, "target": "NPU"},
         {"name": "sm", "op": "Softmax", "cycles": 1026, "macs": 0, "target": "NPU"},
@@ -47,13 +42,13 @@ def test_vela_summary_and_per_layer_csv(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="cycles_total"):
-        vc.read_vela_summary(bad)
+        vela_csv.read_vela_summary(bad)
 
 
 def test_layers_pair_in_order_by_mac_count() -> None:
     ours = [SimpleNamespace(macs=m) for m in (100, 0, 50, 50, 7)]
     vela = [{"name": n, "macs": m} for n, m in (("a", 100), ("b", 50), ("pool", 0), ("c", 50), ("d", 8))]
-    pairs = vc.match_layers(ours, vela)
+    pairs = vela_csv.match_layers(ours, vela)
     assert {i: v["name"] for i, v in pairs.items()} == {0: "a", 2: "b", 3: "c"}
 
 
@@ -109,7 +104,7 @@ def _qdq_net() -> onnx.ModelProto:
 
 
 def test_quantized_layers_start_at_8_bit_tensors() -> None:
-    layers = vc.quantized_layers(_qdq_net())
+    layers = layerwise.quantized_layers(_qdq_net())
     assert [(x.output, x.inputs, x.op) for x in layers] == [
         ("y1", ("x",), "Conv"), ("y2", ("y1",), "Conv"), ("out", ("y1", "y2"), "Add")]
 
@@ -117,7 +112,7 @@ def test_quantized_layers_start_at_8_bit_tensors() -> None:
 def test_every_layer_alone_matches_onnxruntime() -> None:
     model = _qdq_net()
     x = np.random.default_rng(1).integers(-128, 128, (1, 4, 8, 8), dtype=np.int8)
-    check = vc.layer_check(model, "x", x, "npu")
+    check = layerwise.layer_check(model, "x", x, "npu")
     assert check["layers"] == 3
     for key in ("basic", "default", "ort_default_vs_basic"):
         s = check["summary"][key]

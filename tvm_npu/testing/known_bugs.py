@@ -4,7 +4,7 @@ Each entry recognises the outcome of a case that hits the bug (its verdict, kind
 pattern of its message). The default fuzz test does not fail on a known bug (it would fail on every
 CI run until the fix) but reports it; ``benchmarks/fuzz.py`` counts such cases separately and does
 not minimise them again. Every entry has a strict-xfail regression test in
-``regressions/test_regressions.py`` that rebuilds the minimal graph: when the bug is fixed, that test
+``tests/fuzz/regressions/test_regressions.py`` that rebuilds the minimal graph: when the bug is fixed, that test
 passes (XPASS, which strict xfail turns into a failure): delete the ``xfail`` mark and the entry here.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from oracle import Outcome
+from tvm_npu.testing.oracle import Outcome
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,9 @@ import tvm
 from onnx import TensorProto
 from onnx import numpy_helper as nh
 from tvm import relax
-from tvm_npu.simulator import HazardError
 
 import tvm_npu
+from tvm_npu.simulator import HazardError
 
 RTOL, ATOL = 1e-4, 1e-5  # against llvm (the project's promise)
 ORT_RANGE_TOL = 1e-4  # against onnxruntime: max |error| / (max - min of the output) ...
@@ -700,8 +700,8 @@ def float64_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: S
 def case_repro(code: str, target: str, seed: int, outcome: Outcome | None = None) -> str:
     """A self-contained Python reproduction of one case (builder program + target + input seed)."""
     lines = [
-        "from graphs import GraphBuilder",
-        "from oracle import run_case",
+        "from tvm_npu.testing.graphs import GraphBuilder",
+        "from tvm_npu.testing.oracle import run_case",
         "",
         code,
         "model = b.model()",

@@ -8,9 +8,8 @@ counting semaphores per producer/consumer pair) and the programs the tests and
 from __future__ import annotations
 
 from tvm_npu.config import ACCUMULATOR, DType, HardwareConfig
-
-from . import isa
-from .builder import ProgramBuilder
+from tvm_npu.simulator import isa
+from tvm_npu.simulator.builder import ProgramBuilder
 
 Engine = isa.Engine
 
