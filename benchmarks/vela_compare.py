@@ -349,7 +349,7 @@ def markdown(rows: Sequence[dict[str, Any]], cpu_int8: str = "unknown") -> str:
                     worst = max(x["ort_default_vs_basic"][1] for x in own)
                     cause = ("on this CPU (AVX2, no VNNI) its u8 x s8 kernels sum products in pairs that saturate "
                              "at int16 (VPMADDUBSW), which full-range int8 weights (TFLite's reach +-127) can "
-                             "overflow; with 7-bit weights the two agree (tests/test_vela_compare.py)"
+                             "overflow; with 7-bit weights the two agree (tests/testing/test_layerwise_and_vela.py)"
                              if cpu_int8 == "avx2" else f"CPU int8 dot product: {cpu_int8}")
                     kernels = r.get("ort_default_kernels", {})
                     convs = ", ".join(f"{kernels[k]} {k}" for k in ("QLinearConv", "Conv", "FusedConv") if k in kernels)

@@ -16,6 +16,6 @@ os.environ["PYTHONSAFEPATH"] = "1"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "slow: builds a whole ONNX model (tens of seconds each); part of the default suite, "
-        "deselect with -m 'not slow' for a quick run",
+        "slow: builds whole models, tunes, fuzzes or starts servers (seconds to tens of seconds each); part of "
+        "the default suite, left out of the quick tier: pytest -n auto -m 'not slow and not benchmark'",
     )

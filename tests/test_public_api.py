@@ -56,6 +56,7 @@ def test_the_readme_entry_points_at_their_old_paths() -> None:
     assert callable(host_latency)
 
 
+@pytest.mark.slow
 def test_an_old_module_path_runs_as_a_script() -> None:
     """``python -m tvm_npu.rpc_server`` (README of 0.1) still starts the RPC server's command line."""
     out = subprocess.run([sys.executable, "-P", "-m", "tvm_npu.rpc_server", "--help"], capture_output=True,

@@ -197,6 +197,7 @@ def _output_tile_elements(spec: OpSpec, tile: TileParams) -> int:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(spec=st.one_of(conv_specs(), conv_specs(), matmul_specs(), pool_specs(), eltwise_specs()),
        stages=st.sampled_from(STAGES), data=st.data())
+@pytest.mark.slow
 def test_random_legal_tile(spec: OpSpec, stages: int, data: st.DataObject) -> None:
     opts = CompilerOptions(pipeline_stages=stages)
     legal = tile_search.legal(spec, HW, opts)

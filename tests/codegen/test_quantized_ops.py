@@ -415,6 +415,7 @@ def _random_tile_case(spec: OpSpec, per_channel: bool, seed: int, stages: int, d
 @settings(max_examples=100, **SETTINGS)
 @given(spec=qconv_specs(), per_channel=st.booleans(), seed=st.integers(0, 2**32 - 1),
        stages=st.sampled_from([1, 2, 3]), data=st.data())
+@pytest.mark.slow
 def test_conv2d_8bit_random(spec: Conv2dSpec, per_channel: bool, seed: int, stages: int,
                             data: st.DataObject) -> None:
     _random_tile_case(spec, per_channel, seed, stages, data)

@@ -55,6 +55,8 @@ import tvm_npu
 from tvm_npu.core.ops import Conv2dSpec, EpiKind, MatmulSpec, OpSpec, PoolSpec
 from tvm_npu.core.plan import PartitionPlan
 
+pytestmark = pytest.mark.slow  # converter-made int8 networks built and run: the quick tier leaves it out
+
 SIZE, SAMPLES, SEED = 32, 8, 0
 #: Issue 15: against onnxruntime, >= 99.9 % of the output elements identical, none more than 1 step off.
 #: Measured: the NPU equals onnxruntime's integer kernels on every element here, and BASIC agrees on these

@@ -25,6 +25,8 @@ from test_quantized_models import agreement, run_vm  # tests/e2e is on sys.path 
 import tvm_npu
 from tvm_npu.tools.inspection import inspect_model
 
+pytestmark = pytest.mark.slow  # quantized models built and run: the quick tier leaves it out
+
 ROWS, CLASSES, FEATURES, SAMPLES = (2, 3), 10, 64, 4
 #: (input scale, input zero point, output scale, output zero point, output type) of DQ -> Softmax -> Q:
 #: TFLite's softmax output (1/256, -128), a scale that is not a power of two on the input, a power of two

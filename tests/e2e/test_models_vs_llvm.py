@@ -32,6 +32,8 @@ from tvm_npu.config import DType, parse_target
 from tvm_npu.models.inputs import backend_inputs
 from tvm_npu.models.light import light_model_path, randomize_weights
 
+pytestmark = pytest.mark.slow  # whole ONNX models built for the NPU and llvm: the quick tier leaves it out
+
 # ------------------------------------------------------------------------ BlockBuilder models
 MODELS: dict[str, Callable[[], tvm.IRModule]] = {
     "convnet_nchw": lambda: rm.convnet("NCHW"),

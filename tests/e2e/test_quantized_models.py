@@ -44,6 +44,8 @@ from tvm_npu.core.artifact import LayerInfo
 from tvm_npu.models.light import light_model_path, randomize_weights, tiny_convnet
 from tvm_npu.tools.quantize import Sample, quantize_model, random_samples
 
+pytestmark = pytest.mark.slow  # models quantized, built for the NPU and llvm and run: the quick tier leaves it out
+
 #: Inputs compared per model (outputs of 10 and 1000 values); seeded calibration samples.
 SAMPLES = {"tiny_convnet": 16, "squeezenet": 2}
 CALIBRATION = 8

@@ -54,6 +54,8 @@ from tvm_npu.testing.oracle import (
     run_onnxruntime,
 )
 
+pytestmark = pytest.mark.slow  # random graphs built for the NPU, llvm and onnxruntime: not in the quick tier
+
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 #: per case (build for llvm and the NPU, three runs); a hang is a failure, not a stuck suite
 CASE_TIMEOUT = 300.0

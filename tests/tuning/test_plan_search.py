@@ -27,6 +27,8 @@ from tvm_npu.tools.bench import default_inputs, profile_model
 from tvm_npu.tuning import database
 from tvm_npu.tuning.measure import NpuLocalRunner
 
+pytestmark = pytest.mark.slow  # whole partitions measured for several plans: the quick tier leaves it out
+
 TARGET = "npu -fusion=3 -max-sram-bytes=65536"
 VARIANTS = 3
 ROUNDS = 2

@@ -13,6 +13,8 @@ import tvm.s_tir.meta_schedule as ms
 import tvm_npu
 from tvm_npu.models.light import tiny_convnet
 
+pytestmark = pytest.mark.slow  # tuning runs that start worker processes: the quick tier leaves it out
+
 
 def _children() -> set[int]:
     """This process's living descendants (zombies, already exited, do not count)."""

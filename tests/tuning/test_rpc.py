@@ -29,6 +29,8 @@ from tvm_npu.tuning import tuner as tuning
 from tvm_npu.tuning.measure import free_servers, measure_artifact, rpc_runner, write_artifact
 from tvm_npu.tuning.rpc_server import LocalCluster, free_port
 
+pytestmark = pytest.mark.slow  # an RPC tracker and servers, tuning over them: the quick tier leaves it out
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
@@ -139,7 +141,7 @@ def test_a_server_killed_mid_run_fails_only_its_measurement(
 
 
 def test_no_server_with_the_key_is_a_clear_error(cluster: LocalCluster) -> None:
-    with pytest.raises(RuntimeError, match=r"no RPC server with key 'no-such-npu'.*tvm_npu\.rpc_server"):
+    with pytest.raises(RuntimeError, match=r"no RPC server with key 'no-such-npu'.*tvm_npu\.tuning\.rpc_server"):
         rpc_runner(cluster.address, "no-such-npu")
 
 

@@ -90,6 +90,7 @@ def work_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     return path, results
 
 
+@pytest.mark.slow  # the tuning run of the work_dir fixture
 def test_tuning_writes_meta_schedules_json_database(work_dir: tuple[Path, list]) -> None:
     path, results = work_dir
     assert (path / tile_spaces.WORKLOAD_FILE).is_file() and (path / tile_spaces.RECORD_FILE).is_file()
@@ -106,6 +107,7 @@ def test_tuning_writes_meta_schedules_json_database(work_dir: tuple[Path, list])
         assert measure_artifact(built) == pytest.approx(float(rec.run_secs[0]), rel=1e-9)
 
 
+@pytest.mark.slow  # the tuning run of the work_dir fixture
 def test_tuning_never_loses_to_the_cost_model(work_dir: tuple[Path, list]) -> None:
     path, results = work_dir
     assert all(r.best_seconds <= r.default_seconds for r in results)
@@ -117,6 +119,7 @@ def test_tuning_never_loses_to_the_cost_model(work_dir: tuple[Path, list]) -> No
         assert result.default_seconds == measured[task.key][tile_search.choose(task.spec, npu.hw, npu.options)]
 
 
+@pytest.mark.slow  # the tuning run of the work_dir fixture
 def test_build_with_the_database_compiles_the_best_tiles(work_dir: tuple[Path, list], tmp_path: Path) -> None:
     path, _ = work_dir
     best = tuning.best_tiles(path, "npu")
@@ -127,12 +130,14 @@ def test_build_with_the_database_compiles_the_best_tiles(work_dir: tuple[Path, l
     assert info.tuned_ops == sum(len(p.ops) for p in info.plans)  # every operator has a record
 
 
+@pytest.mark.slow  # the tuning run of the work_dir fixture
 def test_a_database_of_another_target_is_ignored_with_a_warning(work_dir: tuple[Path, list]) -> None:
     path, _ = work_dir
     with pytest.warns(UserWarning, match="not for 'npu -max-sram-bytes=262144"):
         assert tuning.best_tiles(path, "npu -max-sram-bytes=262144") == {}
 
 
+@pytest.mark.slow  # the tuning run of the work_dir fixture
 def test_a_record_cut_short_is_dropped_and_other_damage_is_named(work_dir: tuple[Path, list], tmp_path: Path) -> None:
     path, _ = work_dir
     copy = tmp_path / "copy"

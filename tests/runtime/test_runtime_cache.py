@@ -16,8 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # builds of the C++ runtime module, killed and repeated: the quick tier leaves it out
+
 #: Loads (building if needed) the extension and uses it: a module of kind npu with its symbols.
-SCRIPT = ("from tvm_npu import runtime_module as m; "
+SCRIPT = ("from tvm_npu.runtime import npu_module as m; "
           "print(m.module_symbols(m.create_module(b'blob', ['f', 'g'])))")
 
 

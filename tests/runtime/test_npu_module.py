@@ -15,21 +15,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-try:
-    import tvm_npu.runtime.npu_module as rm
-except ImportError:  # not pip-installed yet: use the checkout this file lives in
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import tvm_npu.runtime.npu_module as rm
-
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 from tvm.script import relax as R
 
+import tvm_npu.runtime.npu_module as rm
+
 # Directory holding the ``tvm_npu`` package actually imported, for child processes.
-PKG_ROOT = Path(rm.__file__).resolve().parents[1]
+PKG_ROOT = Path(rm.__file__).resolve().parents[2]
 THIS_FILE = Path(__file__).resolve()
 SHAPE = (2, 3)
 

@@ -21,19 +21,12 @@ from tvm import relax
 import tvm_npu
 from tvm_npu.models.light import tiny_convnet
 from tvm_npu.report.layers import LayerReport, ModelReport
-from tvm_npu.tools.cli import main
 
 SMALL = "npu -max-sram-bytes=8192"
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("lib") / "tiny.so"
-    assert main(["compile", "tiny_convnet", "-o", str(out)]) == 0
-    return out
-
-
 # ---------------------------------------------------------------------------------- inspect
+@pytest.mark.slow
 def test_inspect_lists_inputs_placements_and_memory(tmp_path: Path) -> None:
     out = tmp_path / "inspect.json"
     proc = cli("inspect", "tiny_convnet", "--target", SMALL, "--json", out)
@@ -186,6 +179,7 @@ def test_waste_is_part_of_the_dram_column() -> None:
     assert row.split()[5:7] == ["4", "3"], row  # DRAM KiB, waste KiB (the tile column is empty)
 
 
+@pytest.mark.slow
 def test_python_api_takes_bundled_names_and_writes_trace_and_plot(tmp_path: Path) -> None:
     from tvm_npu.tools.bench import bench
 

@@ -86,14 +86,11 @@ def expected(model: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
-@pytest.fixture(scope="module")
-def library(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("lib") / "tiny.so"
-    stdout = ok(cli("compile", model, "-o", out))
+def test_compile_lists_where_operators_run(compiled: tuple[Path, str]) -> None:
+    out, stdout = compiled
     assert out.is_file() and out.stat().st_size > 0
     assert "conv2d x4" in stdout and "softmax x1" in stdout  # NPU and host operators are both listed
     assert "100.0%" in stdout  # every MAC of tiny_convnet is on the NPU
-    return out
 
 
 # ------------------------------------------------------------------------------------ help
@@ -122,6 +119,7 @@ def test_top_level_help_lists_the_commands(capfd: pytest.CaptureFixture[str]) ->
     assert all(c in text for c in COMMANDS)
 
 
+@pytest.mark.slow
 def test_console_script_is_installed() -> None:
     """The README runs ``tvm-npu``; it is the same program as ``python -m tvm_npu``."""
     script = Path(sys.executable).with_name("tvm-npu")
@@ -131,6 +129,7 @@ def test_console_script_is_installed() -> None:
 
 
 # ---------------------------------------------------------------------------------- compile
+@pytest.mark.slow
 def test_compile_with_target_options_and_dump_dir(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tiny_small.so"
     stdout = ok(cli("compile", model, "--target", "npu -max-sram-bytes=65536 -pipeline-stages=1", "-o", out,
@@ -141,6 +140,7 @@ def test_compile_with_target_options_and_dump_dir(model: Path, tmp_path: Path) -
 
 
 # -------------------------------------------------------------------------------------- run
+@pytest.mark.slow
 @pytest.mark.parametrize("positional", [False, True])
 def test_run_matches_llvm(library: Path, inputs: dict[str, np.ndarray], expected: np.ndarray, tmp_path: Path,
                           positional: bool) -> None:
@@ -166,6 +166,7 @@ def test_run_with_wrong_inputs_fails_cleanly(library: Path, tmp_path: Path, capf
 
 
 # ---------------------------------------------------------------------------------- profile
+@pytest.mark.slow
 def test_profile_writes_report_trace_and_plot(model: Path, tmp_path: Path) -> None:
     report, trace, plot = tmp_path / "r.json", tmp_path / "t.json", tmp_path / "roof.png"
     stdout = ok(cli("profile", model, "--json", report, "--trace", trace, "--plot", plot))
@@ -197,6 +198,7 @@ def test_profile_writes_report_trace_and_plot(model: Path, tmp_path: Path) -> No
     assert width >= 400 and height >= 300
 
 
+@pytest.mark.slow
 def test_profile_with_inputs_and_timing_only(model: Path, inputs: dict[str, np.ndarray], tmp_path: Path) -> None:
     npz = tmp_path / "x.npz"
     np.savez(npz, **inputs)
@@ -207,6 +209,7 @@ def test_profile_with_inputs_and_timing_only(model: Path, inputs: dict[str, np.n
 
 
 # ------------------------------------------------------------------------------------ bench
+@pytest.mark.slow
 def test_bench_compares_with_llvm(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     stdout = ok(cli("bench", model, "--repeat", "2", "--json", out))
@@ -221,6 +224,7 @@ def test_bench_compares_with_llvm(model: Path, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------- demo
+@pytest.mark.slow
 def test_demo_compares_the_bundled_model_with_llvm() -> None:
     stdout = ok(cli("demo", "--repeat", "1"))
     assert stdout.startswith("tiny_convnet")  # which model, before its table
@@ -335,6 +339,7 @@ def int8_model(model: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_bench_and_profile_a_quantized_model(int8_model: Path, tmp_path: Path) -> None:
     bench_json, profile_json = tmp_path / "bench.json", tmp_path / "profile.json"
     ok(cli("bench", int8_model, "--repeat", "1", "--json", bench_json))

@@ -87,6 +87,7 @@ def table() -> list[Row]:
     return rows
 
 
+@pytest.mark.slow
 def test_cycles_within_ten_percent_for_most_layers(table: list[Row]) -> None:
     good = [r for r in table if r.error <= TOLERANCE]
     bad = {r.name: f"{r.error:.1%}" for r in table if r.error > TOLERANCE}

@@ -1,7 +1,7 @@
 """Issue 13 on the command line, as typed: ``bench`` and ``profile`` lead with the end-to-end
 latency (NPU simulated + host measured) and give llvm and onnxruntime references; ``--host-target``
 takes an llvm target for the host part, and a cross target compiles but does not run here.
-(``demo`` prints ``bench``'s lines: tests/cli/test_cli.py checks it leads with end-to-end.)"""
+(``demo`` prints ``bench``'s lines: tests/tools/test_cli.py checks it leads with end-to-end.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_cli import cli, in_process, ok, one_line_error  # the same helpers (tests/cli is on sys.path)
+from test_cli import cli, in_process, ok, one_line_error  # the same helpers (tests/tools is on sys.path)
+
+pytestmark = pytest.mark.slow  # the CLI building, benchmarking and profiling models: the quick tier leaves it out
 
 AARCH64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
 
