@@ -29,7 +29,7 @@ from tvm_npu.tir_schedules.rowwise import BETA, BETA_ROLE, DATA, GAMMA, GAMMA_RO
 
 from tvm_npu.config import DType
 from tvm_npu.core.epilogue import RULES
-from tvm_npu.core.ops import Conv2dSpec, EpiKind, OpSpec, PoolKind, PoolSpec, RowwiseSpec
+from tvm_npu.core.ops import Conv2dSpec, EpiKind, Epilogue, OpSpec, PoolKind, PoolSpec, RowwiseSpec
 from tvm_npu.core.tiles import ConvEngine, TileParams
 from tvm_npu.core.views import NotAView, compose, reshape, shape_of, view_pieces
 
@@ -445,72 +445,42 @@ class OperatorEmitter:
 
     # --------------------------------------------------------------- vector
     def _epilogue(self, ev: Event) -> None:
+        """One epilogue step as vector instructions of at most three dims (the ISA's form) each, over
+        only the data-holding part of its source tile (an overhanging edge tile's rest is garbage)."""
         step = self.spec.epilogue[ev.site.epi]
+        (oi, o), (si, s), other = self._epi_accesses(ev, step)
+        ranges = self._loop_ranges(ev, (si,))
+        terms = [(o, ev.bases[oi]), (s, ev.bases[si])]
+        if other is not None:
+            terms.append((other[1], ev.bases[other[0]]))
+        lo = [r[0] for r in ranges]
+        flat = [_flat(acc, base) for acc, base in terms]
+        offsets = [off + _dot(lo, st) for off, st in flat]
+        ext = [r[1] - r[0] for r in ranges]
+        if any(e <= 0 for e in ext):
+            return
+        dtype = DType.from_str(o.dtype)
+        for offs, inner in split_outer(merge_dims(ext, *(st for _, st in flat))):
+            shape, dst_st = pad3(inner, 0)
+            _, src_st = pad3(inner, 1)
+            dst = (self._sram_addr(o, offsets[0] + offs[0]), dst_st)
+            src = (self._sram_addr(s, offsets[1] + offs[1]), src_st)
+            x = None if other is None else (self._sram_addr(other[1], offsets[2] + offs[2]), pad3(inner, 2)[1])
+            self._emit(_epi_instr(step, shape, dst, src, x, dtype, s.dtype))
+        self._record_loops(o, tuple(ev.bases[oi]), ranges)
+
+    def _epi_accesses(self, ev: Event, step: Epilogue) -> tuple[tuple[int, Access], tuple[int, Access],
+                                                                tuple[int, Access] | None]:
+        """The written tile, the source tile and the step's operand tile (None: a unary step) of an epilogue
+        site, each with its access index. The operand is told from the source by its role, as the sites
+        read both in no fixed order; ``x op x`` reads one tile as both."""
         reads = [(i, a) for i, a in enumerate(ev.site.accesses) if not a.is_write]
         (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
         other = next(((i, a) for i, a in reads if self.roles.get(a.buffer) == Role.operand(ev.site.epi)), None)
         if other is None and step.kind.binary:  # ``x op x``: both operands read the same tile
             other = reads[-1]
         rest = [(i, a) for i, a in reads if other is None or i != other[0]]
-        si, s = rest[0] if rest else other
-        ranges = self._loop_ranges(ev, (si,))
-        o_off, o_str = _flat(o, ev.bases[oi])
-        s_off, s_str = _flat(s, ev.bases[si])
-        operands = [o_str, s_str]
-        x_off = 0
-        if other is not None:
-            x_off, x_str = _flat(other[1], ev.bases[other[0]])
-            operands.append(x_str)
-        lo = [r[0] for r in ranges]
-        o_off += _dot(lo, o_str)
-        s_off += _dot(lo, s_str)
-        if other is not None:
-            x_off += _dot(lo, operands[2])
-        ext = [r[1] - r[0] for r in ranges]
-        if any(e <= 0 for e in ext):
-            return
-        dims = merge_dims(ext, *operands)
-        dtype = DType.from_str(o.dtype)
-        for offs, inner in split_outer(dims):
-            shape, dst_st = pad3(inner, 0)
-            _, src_st = pad3(inner, 1)
-            dst = self._sram_addr(o, o_off + offs[0])
-            src = self._sram_addr(s, s_off + offs[1])
-            opcode = RULES[step.kind].opcode
-            if step.kind == EpiKind.CLIP:
-                instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.lo, step.hi)
-            elif step.kind in (EpiKind.HSIGMOID, EpiKind.HSWISH):
-                instr = isa.VecHardSigmoid(shape, dst, dst_st, src, src_st, dtype, *step.floats, opcode)
-            elif step.kind == EpiKind.POW:
-                instr = isa.VecPow(shape, dst, dst_st, src, src_st, dtype, step.floats[0])
-            elif step.kind == EpiKind.CAST:
-                instr = isa.VecCast(shape, dst, dst_st, src, src_st, DType.from_str(s.dtype), dtype)
-            elif step.kind in (EpiKind.QADD, EpiKind.QADD_R):
-                _, x_st = pad3(inner, 2)
-                lo, hi = step.ints
-                terms = [(src, src_st), (self._sram_addr(other[1], x_off + offs[2]), x_st)]
-                if step.kind == EpiKind.QADD_R:  # the operand is the instruction's first (offset) term
-                    terms.reverse()
-                (a, a_st), (b, b_st) = terms
-                instr = isa.VecQAdd(shape, dst, dst_st, a, a_st, b, b_st, *step.floats, lo, hi,
-                                    DType.from_str(s.dtype), dtype)
-            elif step.kind == EpiKind.REQUANT:
-                _, x_st = pad3(inner, 2)
-                zero_point, lo, hi = step.ints
-                instr = isa.VecRequant(shape, dst, dst_st, src, src_st, self._sram_addr(other[1], x_off + offs[2]),
-                                       x_st, zero_point, lo, hi, dtype)
-            elif not step.kind.binary:
-                instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, opcode)
-            else:
-                _, x_st = pad3(inner, 2)
-                xaddr = self._sram_addr(other[1], x_off + offs[2])
-                nonzero = [i for i, st in enumerate(x_st) if st]
-                if step.kind == EpiKind.BIAS and len(nonzero) == 1 and x_st[nonzero[0]] == 1:
-                    instr = isa.VecBiasAdd(shape, dst, dst_st, src, src_st, xaddr, nonzero[0], dtype)
-                else:
-                    instr = isa.VecBinary(shape, dst, dst_st, src, src_st, xaddr, x_st, dtype, opcode)
-            self._emit(instr)
-        self._record_loops(o, tuple(ev.bases[oi]), ranges)
+        return (oi, o), rest[0] if rest else other, other
 
     def _row(self, ev: Event) -> None:
         """One step of a row-wise operator (:func:`~tvm_npu.tir_schedules.rowwise.row_steps`):
@@ -565,6 +535,41 @@ class OperatorEmitter:
                                           x_st, dtype, step.op)
                 self._emit(instr)
         self._record_loops(o, tuple(ev.bases[oi]), ranges)
+
+
+#: An SRAM operand of a vector instruction: its address and element strides in the ISA's 3-D form.
+_VecOperand = tuple[int, tuple[int, int, int]]
+
+
+def _epi_instr(step: Epilogue, shape: tuple[int, int, int], dst: _VecOperand, src: _VecOperand,
+               x: _VecOperand | None, dtype: DType, src_dtype: str) -> isa.Instruction:
+    """The vector instruction computing ``dst = step(src[, x])`` over one chunk (``x``: the step's operand,
+    None for a unary step). Steps with parameters, mixed types or an operand order of their own have
+    instructions of their own; the rest are a generic unary or binary operation by opcode."""
+    kind, opcode = step.kind, RULES[step.kind].opcode
+    if kind == EpiKind.CLIP:
+        return isa.VecClip(shape, *dst, *src, dtype, step.lo, step.hi)
+    if kind in (EpiKind.HSIGMOID, EpiKind.HSWISH):
+        return isa.VecHardSigmoid(shape, *dst, *src, dtype, *step.floats, opcode)
+    if kind == EpiKind.POW:
+        return isa.VecPow(shape, *dst, *src, dtype, step.floats[0])
+    if kind == EpiKind.CAST:
+        return isa.VecCast(shape, *dst, *src, DType.from_str(src_dtype), dtype)
+    if kind in (EpiKind.QADD, EpiKind.QADD_R):
+        lo, hi = step.ints
+        # QADD_R: the operand is the instruction's first (offset) term
+        a, b = (x, src) if kind == EpiKind.QADD_R else (src, x)
+        return isa.VecQAdd(shape, *dst, *a, *b, *step.floats, lo, hi, DType.from_str(src_dtype), dtype)
+    if kind == EpiKind.REQUANT:
+        zero_point, lo, hi = step.ints
+        return isa.VecRequant(shape, *dst, *src, *x, zero_point, lo, hi, dtype)
+    if not kind.binary:
+        return isa.VecUnary(shape, *dst, *src, dtype, opcode)
+    xaddr, x_st = x
+    nonzero = [i for i, st in enumerate(x_st) if st]
+    if kind == EpiKind.BIAS and len(nonzero) == 1 and x_st[nonzero[0]] == 1:  # a per-channel vector
+        return isa.VecBiasAdd(shape, *dst, *src, xaddr, nonzero[0], dtype)
+    return isa.VecBinary(shape, *dst, *src, xaddr, x_st, dtype, opcode)
 
 
 def _one_read_one_write(accesses: Sequence[Access]) -> tuple[tuple[int, Access], tuple[int, Access]]:

@@ -7,7 +7,7 @@ come from the :class:`~tvm_npu.core.plan.PartitionPlan`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,17 +32,41 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     """Compile ``plan`` (whose constants are ``constants``) into an encoded :class:`Artifact`."""
     _check_names(plan, constants)
     asm = ProgramBuilder(hw)
-    inputs = [t.name for t in plan.inputs]
-    for t in plan.inputs:
-        asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
     resident.update(_group_slices(plan))  # layer groups' intermediates: never in DRAM
     intermediates = {b.tensor for g in plan.groups for b in g.buffers}
+    _declare_tensors(asm, plan, constants, resident, intermediates)
+    layers: list[LayerInfo] = []
+    place = _Placement(hw)
+    for layer, op in enumerate(plan.ops):
+        group = plan.group_of(layer)
+        _emit_layer(asm, place, plan, layer, group, dump_dir, resident)
+        layers.append(_layer_info(op, group, constants, resident, intermediates))
+    instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags, [t.shape for t in asm.tensors])
+    layers = _with_spans(plan, layers, tags)
+    program = asm.build(instructions)
+    if dump_dir is not None:
+        (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
+    return Artifact.pack(plan.symbol, plan.target, [t.name for t in plan.inputs], list(plan.outputs), layers,
+                         program, [_group_info(plan, g) for g in plan.groups])
+
+
+def _dram_kind(plan: PartitionPlan, name: str) -> isa.TensorKind:
+    """A computed DRAM tensor is the partition's output if the plan says so, else scratch it alone uses."""
+    return isa.TensorKind.OUTPUT if name in plan.outputs else isa.TensorKind.SCRATCH
+
+
+def _declare_tensors(asm: ProgramBuilder, plan: PartitionPlan, constants: Mapping[str, np.ndarray],
+                     resident: Mapping[str, Resident], intermediates: set[str]) -> None:
+    """Declare the partition's DRAM tensors in a fixed order (inputs, the plan's buffers, then each
+    operator's tensors), so tensor indices are stable; constants carry their data, and tensors kept
+    on chip get no DRAM storage."""
+    inputs = {t.name for t in plan.inputs}
+    for t in plan.inputs:
+        asm.declare(t.name, t.shape, t.dtype, isa.TensorKind.INPUT)
     for t in plan.buffers:  # concat outputs: written slice by slice through views
-        if t.name in intermediates:
-            continue
-        kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
-        asm.declare(t.name, t.shape, t.dtype, kind)
+        if t.name not in intermediates:
+            asm.declare(t.name, t.shape, t.dtype, _dram_kind(plan, t.name))
     for op in plan.ops:
         for t in (*op.spec.inputs, op.spec.out):
             if t.view is not None:  # no storage of its own: the emitter addresses its base
@@ -53,34 +77,45 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
             if t.name in constants:
                 asm.declare(t.name, constants[t.name].shape, t.dtype, isa.TensorKind.CONSTANT, constants[t.name])
             elif t.name not in inputs and t.name not in resident and t.name not in intermediates:
-                kind = isa.TensorKind.OUTPUT if t.name in plan.outputs else isa.TensorKind.SCRATCH
-                asm.declare(t.name, t.shape, t.dtype, kind)
-    layers: list[LayerInfo] = []
-    place = _Placement(hw)
-    for layer, op in enumerate(plan.ops):
-        spec = op.spec
-        group = plan.group_of(layer)
-        if group is None:
-            _emit(asm, place, op, layer, _dumper(dump_dir, plan, f"{layer:03d}"), resident)
-        elif layer == group.first:  # the whole group, slice by slice
-            for st in group.steps:
-                _emit(asm, place, st.op, st.member, _dumper(dump_dir, plan, f"{st.member:03d}.s{st.slice}"), resident)
-        kind = kind_of(spec)
-        need = kind.needed_bytes(spec)  # compulsory DRAM reads: each tensor once, only what is needed
-        layers.append(LayerInfo(
-            name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=0,
-            last=0, macs=int(spec.macs), dtype=kind.compute_dtype(spec),
-            layout_in=spec.inputs[0].layout or getattr(spec, "layout", ""), layout_out=spec.out.layout,
-            input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident
-                            and t not in intermediates),
-            weight_bytes=sum(b for t, b in need.items() if t in constants),
-            output_bytes=0 if spec.out.name in resident or storage(spec.out) in intermediates else spec.out.nbytes,
-            sram_bytes=op.sram_bytes if group is None else group.sram_bytes,
-            predicted_cycles=op.predicted_cycles,
-            fused=list(op.fused),
-        ))
-    instructions, tags = insert_semaphores(hw, asm.instructions, asm.tags, [t.shape for t in asm.tensors])
-    # instruction ranges per layer after synchronisation was inserted (several for a group's members)
+                asm.declare(t.name, t.shape, t.dtype, _dram_kind(plan, t.name))
+
+
+def _emit_layer(asm: ProgramBuilder, place: _Placement, plan: PartitionPlan, layer: int, group: GroupPlan | None,
+                dump_dir: Path | None, resident: Mapping[str, Resident]) -> None:
+    """Emit operator ``layer``; a layer group is emitted whole at its first member, slice by slice
+    (its members take turns, so later members have nothing left to emit)."""
+    if group is None:
+        _emit(asm, place, plan.ops[layer], layer, _dumper(dump_dir, plan, f"{layer:03d}"), resident)
+    elif layer == group.first:
+        for st in group.steps:
+            _emit(asm, place, st.op, st.member, _dumper(dump_dir, plan, f"{st.member:03d}.s{st.slice}"), resident)
+
+
+def _layer_info(op: OpPlan, group: GroupPlan | None, constants: Mapping[str, np.ndarray],
+                resident: Mapping[str, Resident], intermediates: set[str]) -> LayerInfo:
+    """The report record of one operator (its instruction ranges are known only after synchronisation).
+    Its DRAM bytes are the compulsory reads and writes: each tensor once, only what is needed, nothing
+    for a tensor kept on chip."""
+    spec = op.spec
+    kind = kind_of(spec)
+    need = kind.needed_bytes(spec)
+    return LayerInfo(
+        name=spec.name, op=kind.name, description=kind.describe(spec), tile=tile_to_json(op.tile), first=0,
+        last=0, macs=int(spec.macs), dtype=kind.compute_dtype(spec),
+        layout_in=spec.inputs[0].layout or getattr(spec, "layout", ""), layout_out=spec.out.layout,
+        input_bytes=sum(b for t, b in need.items() if t not in constants and t not in resident
+                        and t not in intermediates),
+        weight_bytes=sum(b for t, b in need.items() if t in constants),
+        output_bytes=0 if spec.out.name in resident or storage(spec.out) in intermediates else spec.out.nbytes,
+        sram_bytes=op.sram_bytes if group is None else group.sram_bytes,
+        predicted_cycles=op.predicted_cycles,
+        fused=list(op.fused),
+    )
+
+
+def _layer_spans(tags: Sequence[int]) -> dict[int, list[list[int]]]:
+    """Each layer's instruction ranges ``[first, last)`` after synchronisation was inserted (several
+    for a group's members, which take turns)."""
     spans: dict[int, list[list[int]]] = {}
     for idx, tag in enumerate(tags):
         runs = spans.setdefault(tag, [])
@@ -88,15 +123,16 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
             runs[-1][1] = idx + 1
         else:
             runs.append([idx, idx + 1])
+    return spans
+
+
+def _with_spans(plan: PartitionPlan, layers: list[LayerInfo], tags: Sequence[int]) -> list[LayerInfo]:
+    """``layers`` with their instruction ranges (from the instructions' layer ``tags``) and layer groups."""
+    spans = _layer_spans(tags)
     group_index = {k: n for n, g in enumerate(plan.groups) for k in g.members}
-    layers = [replace(li, first=spans[i][0][0] if i in spans else 0, last=spans[i][-1][1] if i in spans else 0,
-                      spans=spans[i] if len(spans.get(i, ())) > 1 else [], group=group_index.get(i, -1))
-              for i, li in enumerate(layers)]
-    program = asm.build(instructions)
-    if dump_dir is not None:
-        (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
-    return Artifact.pack(plan.symbol, plan.target, inputs, list(plan.outputs), layers, program,
-                         [_group_info(plan, g) for g in plan.groups])
+    return [replace(li, first=spans[i][0][0] if i in spans else 0, last=spans[i][-1][1] if i in spans else 0,
+                    spans=spans[i] if len(spans.get(i, ())) > 1 else [], group=group_index.get(i, -1))
+            for i, li in enumerate(layers)]
 
 
 def compile_tasks(plan: PartitionPlan) -> list[tuple[OpSpec, TileParams]]:

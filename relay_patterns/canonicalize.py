@@ -19,6 +19,8 @@ five elementwise ops and keeps them), hence these two.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -166,18 +168,9 @@ def _hard_sigmoid(x: relax.Expr, alpha: float, beta: float) -> relax.Expr:
                          0.0, 1.0)
 
 
-def _canonical_activations(func: relax.Function) -> relax.Function:
-    """Bring the activations exporters and the ONNX importer spell in several ops to one form each.
-
-    * ``minimum(maximum(x, lo), hi)`` (and the other nesting) with scalar constants -> ``clip``:
-      a ``Clip`` with min/max inputs (ReLU6), which :mod:`tvm_npu.compiler.onnx_import` imports as
-      ``Max`` / ``Min``; ``minimum(relu(x), hi)`` (tf2onnx's ReLU6) -> ``clip`` too;
-    * ``x * sigmoid(x)`` in either order -> ``nn.silu`` (swish);
-    * ``c * x`` inside ``clip(c * x + b, 0, 1)`` -> ``x * c`` (ONNX ``HardSigmoid``);
-    * ``clip(x + b, 0, h) / h`` (or ``* (1/h)``) -> ``clip(x * (1/h) + b/h, 0, 1)``: ONNX
-      ``HardSwish`` as imported is ``x * clip(x + 3, 0, 6) / 6``;
-    * ``hard_sigmoid(x) * x`` -> ``x * hard_sigmoid(x)`` (hard swish, input first).
-    """
+def _max_min_to_clip(func: relax.Function) -> relax.Function:
+    """``minimum(maximum(x, lo), hi)`` (and the other nesting) with scalar constants -> ``clip``: a ``Clip``
+    with min/max inputs (ReLU6), which :mod:`tvm_npu.compiler.onnx_import` imports as ``Max`` / ``Min``."""
     x, lo, hi = wildcard(), is_const(), is_const()
     inner_max = is_op("relax.maximum")(x, lo)
     outer_min = is_op("relax.minimum")(inner_max, hi)
@@ -190,9 +183,12 @@ def _canonical_activations(func: relax.Function) -> relax.Function:
             return orig
         return relax.op.clip(m[x], a, b)
 
-    func = rewrite_call(outer_min | outer_max, to_clip, func)
+    return rewrite_call(outer_min | outer_max, to_clip, func)
 
-    rx6, cap = wildcard(), is_const()  # tf2onnx's ReLU6: Relu then Min
+
+def _relu_min_to_clip(func: relax.Function) -> relax.Function:
+    """``minimum(relu(x), hi)`` (tf2onnx's ReLU6: Relu then Min) -> ``clip(x, 0, hi)``."""
+    rx6, cap = wildcard(), is_const()
 
     def relu_min_to_clip(orig: relax.Call, m: dict) -> relax.Expr:
         b = _scalar_const(m[cap])
@@ -200,13 +196,19 @@ def _canonical_activations(func: relax.Function) -> relax.Function:
             return orig
         return relax.op.clip(m[rx6], 0.0, b)
 
-    func = rewrite_call(is_op("relax.minimum")(is_op("relax.nn.relu")(rx6), cap), relu_min_to_clip, func)
+    return rewrite_call(is_op("relax.minimum")(is_op("relax.nn.relu")(rx6), cap), relu_min_to_clip, func)
 
+
+def _swish_to_silu(func: relax.Function) -> relax.Function:
+    """``x * sigmoid(x)`` in either order -> ``nn.silu`` (swish)."""
     sig_x = wildcard()
     sig = is_op("relax.sigmoid")(sig_x)
     swish = is_op("relax.multiply")(sig_x, sig) | is_op("relax.multiply")(sig, sig_x)
-    func = rewrite_call(swish, lambda _orig, m: relax.op.nn.silu(m[sig_x]), func)
+    return rewrite_call(swish, lambda _orig, m: relax.op.nn.silu(m[sig_x]), func)
 
+
+def _scaled_clip_to_hard_sigmoid(func: relax.Function) -> relax.Function:
+    """``clip(c * x + b, 0, 1)`` (ONNX ``HardSigmoid``, the scale on either side) -> ``clip(x * c + b, 0, 1)``."""
     hx, scale, shift = wildcard(), is_const(), is_const()
     scaled = is_op("relax.multiply")(scale, hx) | is_op("relax.multiply")(hx, scale)
     hsig = is_op("relax.clip")(is_op("relax.add")(scaled, shift), wildcard(), wildcard())
@@ -218,8 +220,12 @@ def _canonical_activations(func: relax.Function) -> relax.Function:
             return orig
         return _hard_sigmoid(m[hx], a, b)
 
-    func = rewrite_call(hsig, to_hard_sigmoid, func)
+    return rewrite_call(hsig, to_hard_sigmoid, func)
 
+
+def _divided_clip_to_hard_sigmoid(func: relax.Function) -> relax.Function:
+    """``clip(x + b, 0, h) / h`` (or ``* (1/h)``) -> ``clip(x * (1/h) + b/h, 0, 1)``: ONNX ``HardSwish``
+    as imported is ``x * clip(x + 3, 0, 6) / 6``."""
     rx, shift6, div = wildcard(), is_const(), is_const()
     relu6 = is_op("relax.clip")(is_op("relax.add")(rx, shift6), wildcard(), wildcard())
     scaled6 = is_op("relax.divide")(relu6, div) | is_op("relax.multiply")(relu6, div)
@@ -235,14 +241,34 @@ def _canonical_activations(func: relax.Function) -> relax.Function:
             return orig
         return _hard_sigmoid(m[rx], scale_, b * scale_)
 
-    func = rewrite_call(scaled6, to_hard_sigmoid6, func)
+    return rewrite_call(scaled6, to_hard_sigmoid6, func)
 
-    # hard swish with the input first: hard_sigmoid(x) * x -> x * hard_sigmoid(x)
+
+def _input_first_hard_swish(func: relax.Function) -> relax.Function:
+    """``hard_sigmoid(x) * x`` -> ``x * hard_sigmoid(x)``: hard swish with the input first, on the hard
+    sigmoid's one form (:func:`_hard_sigmoid`)."""
     sx = wildcard()
     canonical = is_op("relax.clip")(is_op("relax.add")(is_op("relax.multiply")(sx, is_const()), is_const()),
                                     wildcard(), wildcard())
     swapped = is_op("relax.multiply")(canonical, sx)
     return rewrite_call(swapped, lambda _orig, m: relax.op.multiply(m[sx], m[canonical]), func)
+
+
+#: The rewrites of :func:`_canonical_activations`, in the order they run: a later one matches what an
+#: earlier one leaves (a ReLU6 clip inside a hard sigmoid, the hard sigmoid of a hard swish).
+_ACTIVATION_REWRITES: tuple[Callable[[relax.Function], relax.Function], ...] = (
+    _max_min_to_clip, _relu_min_to_clip, _swish_to_silu, _scaled_clip_to_hard_sigmoid,
+    _divided_clip_to_hard_sigmoid, _input_first_hard_swish)
+
+
+def _canonical_activations(func: relax.Function) -> relax.Function:
+    """Bring the activations exporters and the ONNX importer spell in several ops to one form each
+    (ReLU6 -> ``clip``, swish -> ``nn.silu``, hard sigmoid -> ``clip(x * a + b, 0, 1)``, hard swish ->
+    ``x`` times that): the forms the pattern table matches, each a single epilogue step
+    (:data:`_ACTIVATION_REWRITES`)."""
+    for rewrite in _ACTIVATION_REWRITES:
+        func = rewrite(func)
+    return func
 
 
 def _drop_dropout(func: relax.Function) -> relax.Function:

@@ -234,7 +234,9 @@ class _Graph:
         else reads, is turned around: the producer stores in the view's order (once per element) and
         the readers load plain tiles (a load per tile, often several per element, and the split axis
         would cost them extra DMA descriptors)."""
-        read = {t.name for g in self.ops for t in g.spec.inputs}
+        # in the order the operators read them (not a set's, which depends on PYTHONHASHSEED): the
+        # buffers are declared, so the program's tensor table is laid out, in this order
+        read = dict.fromkeys(t.name for g in self.ops for t in g.spec.inputs)
         for name in [n for n in read if n in self.rel]:
             full = self.resolve(name)
             root = full.base
@@ -431,12 +433,15 @@ def _concat_members(func: relax.Function, call: relax.Call, args: list[tuple[rel
     return members
 
 
-def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
-    """The operators, DRAM inputs/outputs and constants of one NPU partition function."""
-    body = func.body
-    ret = body.body
-    fields = list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
-    g = _Graph(symbol, {f for f in fields if isinstance(f, relax.Var)})
+def _result_fields(func: relax.Function) -> list[relax.Expr]:
+    """What the partition returns: the fields of a returned tuple, or the one returned expression."""
+    ret = func.body.body
+    return list(ret.fields) if isinstance(ret, relax.Tuple) else [ret]
+
+
+def _read_params(func: relax.Function, g: _Graph) -> tuple[dict[relax.Var, str], list[TensorRef]]:
+    """Name the parameters ``in{i}_<param>``: the partition's DRAM inputs, in order. Returns the names by
+    variable (the bindings add theirs) and the inputs."""
     names: dict[relax.Var, str] = {}
     inputs = []
     for i, p in enumerate(func.params):
@@ -444,59 +449,113 @@ def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
         shape, dtype = tensor_type(p)
         g.types[names[p]] = (shape, dtype)
         inputs.append(TensorRef(names[p], shape, dtype))
+    return names, inputs
+
+
+def _composite_callee(binding: relax.VarBinding, local: dict[relax.Var, relax.Function],
+                      symbol: str) -> relax.Function:
+    """The composite function ``binding`` calls (a local function or a global one): a partition is a
+    chain of ``npu.*`` composite calls, anything else is a :class:`PartitionError`."""
+    value = binding.value
+    if not isinstance(value, relax.Call):
+        raise PartitionError(f"{symbol}: unexpected binding in an NPU partition: {value}")
+    callee = local.get(value.op) if isinstance(value.op, relax.Var) else value.op
+    if not isinstance(callee, relax.Function) or "Composite" not in (callee.attrs or {}):
+        raise PartitionError(f"{symbol}: binding {binding.var.name} is not a call to an npu.* composite function")
+    return callee
+
+
+def _arg_names(call: relax.Call, var: relax.Var, names: dict[relax.Var, str], symbol: str) -> list[str]:
+    """The tensor names of ``call``'s arguments; each must be a tensor the partition already named."""
+    arg_names = []
+    for a in call.args:
+        if not isinstance(a, relax.Var) or a not in names:
+            raise PartitionError(f"{symbol}: argument {a} of {var.name} is not a tensor of the partition")
+        arg_names.append(names[a])
+    return arg_names
+
+
+def _tensor_name(composite: str, var: relax.Var, names: dict[relax.Var, str], g: _Graph) -> str:
+    """The DRAM name of what ``var`` computes (module docstring): ``v{n}_`` for a view, ``c{n}_`` for a
+    concat (``n``: tensors named so far), ``t{k}_`` for the result of operator ``k``."""
+    prefix = {VIEW: "v", CONCAT: "c"}.get(composite, "t")
+    count = len(g.ops) if prefix == "t" else len(names)
+    return f"{prefix}{count}_{_safe(var.name)}"
+
+
+def _add_operator(g: _Graph, callee: relax.Function, composite: str, arg_names: list[str], out: str) -> None:
+    """Append the operator a (non-view, non-concat) composite computes into ``out``, with its constants
+    and the views its extraction declared."""
+    extracted = extract_op(callee, arg_names, out, f"k{len(g.ops)}")
+    g.constants.update(extracted.constants)
+    for name, view in _declared_views(extracted.spec).items():
+        g.types.setdefault(name, (views.shape_of(view), g.types[view.base][1]))
+        g.rel[name] = view
+    g.ops.append(GraphOp(replace(extracted.spec, name=f"{extracted.spec.name}_{len(g.ops)}"), (composite,)))
+    g.produced.add(out)
+
+
+def _read_binding(g: _Graph, var: relax.Var, call: relax.Call, callee: relax.Function,
+                  names: dict[relax.Var, str]) -> None:
+    """Name what ``var = call`` (a call to composite ``callee``) computes and add it to ``g`` as a view,
+    a concat or an operator."""
+    arg_names = _arg_names(call, var, names, g.symbol)
+    composite = str(callee.attrs["Composite"])
+    if composite.startswith(VIEW):
+        composite = VIEW
+    out = _tensor_name(composite, var, names, g)
+    names[var] = out
+    if var in g.output_vars:  # known before any concat that reads it (alias_root)
+        g.output_names.add(out)
+    g.types[out] = tensor_type(var)
+    if composite == VIEW:
+        g.view(_inner_call(callee), arg_names[0], out)
+    elif composite == CONCAT:
+        inner = _inner_call(callee)
+        g.concat(inner, _concat_members(callee, inner, list(zip(call.args, arg_names, strict=True)),
+                                        f"k{len(g.ops)}_cat{len(names)}", g), out)
+    else:
+        _add_operator(g, callee, composite, arg_names, out)
+
+
+def _read_bindings(func: relax.Function, g: _Graph, names: dict[relax.Var, str]) -> None:
+    """Read the partition's bindings in program order: a local function is kept for the calls that
+    follow, every other binding is a composite call (:func:`_read_binding`)."""
     local: dict[relax.Var, relax.Function] = {}
-    for block in body.blocks:
+    for block in func.body.blocks:
         for b in block.bindings:
-            value = b.value
-            if isinstance(value, relax.Function):
-                local[b.var] = value
+            if isinstance(b.value, relax.Function):
+                local[b.var] = b.value
                 continue
-            if not isinstance(value, relax.Call):
-                raise PartitionError(f"{symbol}: unexpected binding in an NPU partition: {value}")
-            callee = local.get(value.op) if isinstance(value.op, relax.Var) else value.op
-            if not isinstance(callee, relax.Function) or "Composite" not in (callee.attrs or {}):
-                raise PartitionError(f"{symbol}: binding {b.var.name} is not a call to an npu.* composite function")
-            arg_names = []
-            for a in value.args:
-                if not isinstance(a, relax.Var) or a not in names:
-                    raise PartitionError(f"{symbol}: argument {a} of {b.var.name} is not a tensor of the partition")
-                arg_names.append(names[a])
-            composite = str(callee.attrs["Composite"])
-            if composite.startswith(VIEW):
-                composite = VIEW
-            prefix = {VIEW: "v", CONCAT: "c"}.get(composite, "t")
-            out = f"{prefix}{len(names)}_{_safe(b.var.name)}" if prefix != "t" else f"t{len(g.ops)}_{_safe(b.var.name)}"
-            names[b.var] = out
-            if b.var in g.output_vars:  # known before any concat that reads it (alias_root)
-                g.output_names.add(out)
-            g.types[out] = tensor_type(b.var)
-            if composite == VIEW:
-                g.view(_inner_call(callee), arg_names[0], out)
-            elif composite == CONCAT:
-                call = _inner_call(callee)
-                g.concat(call, _concat_members(callee, call, list(zip(value.args, arg_names, strict=True)),
-                                               f"k{len(g.ops)}_cat{len(names)}", g), out)
-            else:
-                extracted = extract_op(callee, arg_names, out, f"k{len(g.ops)}")
-                g.constants.update(extracted.constants)
-                for name, view in _declared_views(extracted.spec).items():
-                    g.types.setdefault(name, (views.shape_of(view), g.types[view.base][1]))
-                    g.rel[name] = view
-                g.ops.append(GraphOp(replace(extracted.spec, name=f"{extracted.spec.name}_{len(g.ops)}"),
-                                     (composite,)))
-                g.produced.add(out)
+            _read_binding(g, b.var, b.value, _composite_callee(b, local, g.symbol), names)
+
+
+def _finish_outputs(g: _Graph, fields: list[relax.Expr], names: dict[relax.Var, str],
+                    inputs: list[TensorRef]) -> list[str]:
+    """The DRAM names of the partition's results, once the whole partition is read: shuffled views are
+    turned around first, a result that is a view is stored on its own, unread concats are dropped."""
     for f in fields:
         if not isinstance(f, relax.Var) or f not in names:
-            raise PartitionError(f"{symbol}: partition result {f} is not a tensor computed in the partition")
+            raise PartitionError(f"{g.symbol}: partition result {f} is not a tensor computed in the partition")
     g.output_names = {names[f] for f in fields}
     g.store_shuffled()
     outputs: list[str] = []
     for f in fields:
         name = names[f]
         if name in {t.name for t in inputs}:
-            raise PartitionError(f"{symbol}: partition result {f} is one of its inputs")
+            raise PartitionError(f"{g.symbol}: partition result {f} is one of its inputs")
         outputs.append(g.finish_output(name))
     g.drop_unread_concats(outputs)
+    return outputs
+
+
+def partition_graph(func: relax.Function, symbol: str) -> PartitionGraph:
+    """The operators, DRAM inputs/outputs and constants of one NPU partition function."""
+    fields = _result_fields(func)
+    g = _Graph(symbol, {f for f in fields if isinstance(f, relax.Var)})
+    names, inputs = _read_params(func, g)
+    _read_bindings(func, g, names)
+    outputs = _finish_outputs(g, fields, names, inputs)
     if not g.ops:
         raise PartitionError(f"{symbol}: the partition computes nothing")
     return PartitionGraph(symbol, tuple(inputs), tuple(outputs), tuple(g.specs_with_views()), g.constants,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tvm import s_tir, te, tirx
 from tvm_npu.simulator import timing
@@ -341,6 +342,89 @@ class _StepCosts:
         return loads, stationary
 
 
+class _ConvLoops(NamedTuple):
+    """The loops of a tiled convolution that :meth:`Conv2d.schedule` attaches its stages to."""
+
+    batch: s_tir.LoopRV  # the image loop
+    rco: s_tir.LoopRV | None  # the input-channel tile loop (None: the reduction is not split)
+    spatial: s_tir.LoopRV  # the (fused) spatial tile loop: where the input window changes
+    channel: s_tir.LoopRV  # where the weights change: the output-channel tile loop (a vector tile: the image)
+    inner_out: s_tir.LoopRV  # the innermost output-tile loop
+    depth: int  # output-tile loops inside the image loop
+    tile: s_tir.LoopRV  # the outermost loop of one tile's computation (blockized into the instruction)
+
+
+def _named_loops(loops: list[s_tir.LoopRV], nchw: bool, grouped: bool) -> tuple:
+    """The conv block's loops as ``b, gg, o, y, x, rc, ry, rx`` whatever the layout (``gg`` None: no groups)."""
+    if grouped:
+        if nchw:
+            b, gg, o, y, x, rc, ry, rx = loops
+        else:
+            b, y, x, gg, o, rc, ry, rx = loops
+        return b, gg, o, y, x, rc, ry, rx
+    if nchw:
+        b, o, y, x, rc, ry, rx = loops
+    else:
+        b, y, x, o, rc, ry, rx = loops
+    return b, None, o, y, x, rc, ry, rx
+
+
+def _tile_loops(sch: s_tir.Schedule, blk: s_tir.SBlockRV, spec: Conv2dSpec, tile: ConvTile) -> _ConvLoops:
+    """Split the conv block's loops by ``tile`` and order them: group tile outermost (its input channels
+    serve only its own outputs), output-tile loops in ``tile.order`` (spatial ones fused), the
+    input-channel tile loop, then one tile's loops. A vector tile fuses all output-tile loops into one."""
+    grouped = spec.groups > 1
+    b, gg, o, y, x, rc, ry, rx = _named_loops(sch.get_loops(blk), spec.layout == "NCHW", grouped)
+    go = gi = None
+    if grouped:
+        go, gi = split(sch, gg, tile.tg)
+    oo, oi = split(sch, o, tile.toc)
+    yo, yi = split(sch, y, tile.toh)
+    xo, xi = split(sch, x, tile.tow)
+    rco = None
+    if tile.tic < spec.in_channels // spec.groups:
+        rco, rc = split(sch, rc, tile.tic)
+    groups = [go] if grouped else []
+    inner = [gi, oi, yi, xi, rc, ry, rx] if grouped else [oi, yi, xi, rc, ry, rx]
+    outer = [oo, yo, xo] if tile.order == Order.B_STATIONARY else [yo, xo, oo]
+    sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
+    s = sch.fuse(yo, xo)
+    outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
+    chan_inner = oo
+    if streams_groups(tile):  # one pipelined loop over group and spatial tiles, all weights loaded once
+        s = sch.fuse(*outer_loops)
+        outer_loops = [s]
+        chan_inner = b
+    return _ConvLoops(b, rco, s, chan_inner, outer_loops[-1], len(outer_loops), inner[0])
+
+
+def _stage_inputs(sch: s_tir.Schedule, res: Scheduled, blk: s_tir.SBlockRV, loops: _ConvLoops) -> None:
+    """Load the input window and the weights into SRAM where each changes, so every load moves only
+    what the next tiles read: the pad stage lives in SRAM, computed per spatial (and rc) tile."""
+    pad = sch.get_sblock("pad")
+    sch.set_scope(pad, 0, SRAM_SCOPE)
+    res.roles[buffer_name(sch, pad)] = Role.DATA
+    res.loads.append(attach(sch, pad, loops.rco if loops.rco else loops.spatial, SiteKind.DMA))
+    w_s = sch.cache_read(blk, 1, SRAM_SCOPE)
+    res.roles[buffer_name(sch, w_s)] = Role.WEIGHT
+    res.loads.append(attach(sch, w_s, loops.rco if loops.rco else loops.channel, SiteKind.DMA))
+
+
+def _load_channel_operands_once(sch: s_tir.Schedule, res: Scheduled, spec: Conv2dSpec, batch: s_tir.LoopRV) -> None:
+    """Replace a vector tile's per-tile loads of per-channel epilogue operands by one load of each whole
+    vector per image: a few bytes per channel, where a load per tile would cost a descriptor's latency."""
+    for idx, step in enumerate(spec.epilogue):
+        if step.operand is None or step.broadcast != Broadcast.CHANNEL:
+            continue
+        i = next(i for i, x in enumerate(res.loads) if res.roles.get(buffer_name(sch, x)) == Role.operand(idx))
+        per_tile = res.loads[i]
+        whole = sch.cache_read(per_tile, 0, SRAM_SCOPE)  # a copy of the whole vector, at the root
+        del res.roles[buffer_name(sch, per_tile)]
+        sch.compute_inline(per_tile)  # the epilogue step reads the whole vector
+        res.roles[buffer_name(sch, whole)] = Role.operand(idx)
+        res.loads[i] = attach(sch, whole, batch, SiteKind.DMA)
+
+
 class Conv2d(OpKind):
     """2-D convolution (grouped and depthwise included) on the tensor engine, depthwise also on the vector engine."""
 
@@ -369,74 +453,22 @@ class Conv2d(OpKind):
         inputs, final, axes = compute(spec, tile)
         sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
         res = Scheduled(spec, tile, sch, axes=axes)
-        nchw = spec.layout == "NCHW"
-        grouped = spec.groups > 1
-        if not grouped:
+        if spec.groups == 1:
             res.dram_axes[Role.DATA] = spec.data.layout
-        c = spec.in_channels // spec.groups
         blk = sch.get_sblock("acc" if spec.epilogue else spec.out.name)
-        loops = sch.get_loops(blk)
-        if grouped:
-            if nchw:
-                b, gg, o, y, x, rc, ry, rx = loops
-            else:
-                b, y, x, gg, o, rc, ry, rx = loops
-        else:
-            gg = None
-            if nchw:
-                b, o, y, x, rc, ry, rx = loops
-            else:
-                b, y, x, o, rc, ry, rx = loops
-        go = gi = None
-        if grouped:
-            go, gi = split(sch, gg, tile.tg)
-        oo, oi = split(sch, o, tile.toc)
-        yo, yi = split(sch, y, tile.toh)
-        xo, xi = split(sch, x, tile.tow)
-        rco = None
-        if tile.tic < c:
-            rco, rc = split(sch, rc, tile.tic)
-        # a group tile is outermost: its input channels serve only its own outputs
-        groups = [go] if grouped else []
-        inner = [gi, oi, yi, xi, rc, ry, rx] if grouped else [oi, yi, xi, rc, ry, rx]
-        outer = [oo, yo, xo] if tile.order == Order.B_STATIONARY else [yo, xo, oo]
-        sch.reorder(b, *groups, *outer, *([rco] if rco else []), *inner)
-        s = sch.fuse(yo, xo)
-        outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
-        chan_inner = oo
-        if streams_groups(tile):  # one pipelined loop over group and spatial tiles, all weights loaded once
-            s = sch.fuse(*outer_loops)
-            outer_loops = [s]
-            chan_inner = b
-        inner_out = outer_loops[-1]
+        loops = _tile_loops(sch, blk, spec, tile)
+        _stage_inputs(sch, res, blk, loops)
 
-        # input window: the pad stage lives in SRAM, computed per spatial (and rc) tile
-        pad = sch.get_sblock("pad")
-        sch.set_scope(pad, 0, SRAM_SCOPE)
-        res.roles[buffer_name(sch, pad)] = Role.DATA
-        res.loads.append(attach(sch, pad, rco if rco else s, SiteKind.DMA))
-        w_s = sch.cache_read(blk, 1, SRAM_SCOPE)
-        res.roles[buffer_name(sch, w_s)] = Role.WEIGHT
-        res.loads.append(attach(sch, w_s, rco if rco else chan_inner, SiteKind.DMA))
-
+        rco = loops.rco
         store = result_store(sch, spec, blk)
-        init = sch.decompose_reduction(blk, rco if rco else inner[0])
-        mark(sch, sch.blockize(sch.get_loops(init)[len(outer_loops) + 1]), SiteKind.ZERO)
-        mark(sch, sch.blockize(inner[0]), SiteKind.CONV)
-        schedule_epilogue(sch, res, blk, inner_out, store, own_result=rco is not None)
+        init = sch.decompose_reduction(blk, rco if rco else loops.tile)
+        mark(sch, sch.blockize(sch.get_loops(init)[loops.depth + 1]), SiteKind.ZERO)
+        mark(sch, sch.blockize(loops.tile), SiteKind.CONV)
+        schedule_epilogue(sch, res, blk, loops.inner_out, store, own_result=rco is not None)
         if streams_groups(tile):  # per-channel epilogue operands, like the weights, are loaded once
-            for idx, step in enumerate(spec.epilogue):
-                if step.operand is None or step.broadcast != Broadcast.CHANNEL:
-                    continue
-                i = next(i for i, x in enumerate(res.loads) if res.roles.get(buffer_name(sch, x)) == Role.operand(idx))
-                per_tile = res.loads[i]
-                whole = sch.cache_read(per_tile, 0, SRAM_SCOPE)  # a copy of the whole vector, at the root
-                del res.roles[buffer_name(sch, per_tile)]
-                sch.compute_inline(per_tile)  # the epilogue step reads the whole vector
-                res.roles[buffer_name(sch, whole)] = Role.operand(idx)
-                res.loads[i] = attach(sch, whole, b, SiteKind.DMA)
+            _load_channel_operands_once(sch, res, spec, loops.batch)
 
-        pipe = rco if self.pipelining(spec, tile).streamed_reduction else inner_out
+        pipe = rco if self.pipelining(spec, tile).streamed_reduction else loops.inner_out
         pipeline(sch, pipe, tile.stages, res.loads, res.stores)
         return res
 

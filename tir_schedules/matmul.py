@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from tvm import s_tir, te
 from tvm_npu.simulator import timing
 
-from tvm_npu.config import ACCUMULATOR, CompilerOptions, HardwareConfig
+from tvm_npu.config import ACCUMULATOR, CompilerOptions, DType, HardwareConfig
 from tvm_npu.core.ops import Broadcast, MatmulSpec
 from tvm_npu.core.tiles import MatmulTile, Order
 
@@ -27,9 +27,23 @@ from .common import (
     split,
 )
 from .contract import SRAM_SCOPE, Role, SiteKind
-from .cost import Copy, Pipelining, Step, axis_tiles, copy_cost, epilogue_sizes, sum_ceil, tile_extents, vector_cycles
+from .cost import (
+    NO_COPY,
+    Copy,
+    Pipelining,
+    Step,
+    axis_tiles,
+    copy_cost,
+    epilogue_sizes,
+    sum_ceil,
+    tile_extents,
+    vector_cycles,
+)
 from .cost import ceil_div as _ceil
 from .kind import OpKind, epilogue_text, register
+
+#: A tile along one axis: (start, extent), as :func:`~.cost.axis_tiles` gives them.
+_Span = tuple[int, int]
 
 
 def effective_order(spec: MatmulSpec, tile: MatmulTile) -> Order:
@@ -66,6 +80,59 @@ def compute(spec: MatmulSpec) -> tuple[list[te.Tensor], te.Tensor]:
     stages, operands = epilogue_stages(spec, acc, lambda idx: idx[-1])
     final = stages[-1] if stages else acc
     return [a, b, *operands.values()], final
+
+
+class _StepCopies:
+    """The copies of :meth:`Matmul.steps`: the boxes of A, B, the output and the epilogue operands a step
+    moves in batch ``bi`` (any number of batch dims; a 2-D operand is shared by every batch)."""
+
+    def __init__(self, spec: MatmulSpec, hw: HardwareConfig, a_stationary: bool) -> None:
+        self.spec, self.hw, self.dt = spec, hw, spec.a.dtype
+        self.a_stationary = a_stationary
+        self.batch_shape = spec.out.shape[:-2]
+
+    def _box(self, shape: Sequence[int], bi: int, lo: tuple[int, ...], ext: tuple[int, ...]) -> Copy:
+        """Copy cost of an operand's ``(lo, ext)`` tile in batch ``bi``."""
+        batch_shape = self.batch_shape
+        lead = len(shape) - 2
+        idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape))[len(batch_shape) - lead:] if lead else ()
+        return copy_cost(self.hw, self.dt, shape, (*idx, *lo), (*(1,) * lead, *ext))
+
+    def a_box(self, bi: int, mt: _Span, kt: _Span) -> Copy:
+        return self._box(self.spec.a.shape, bi, (mt[0], kt[0]), (mt[1], kt[1]))
+
+    def b_box(self, bi: int, nt: _Span, kt: _Span) -> Copy:
+        lo, ext = ((nt[0], kt[0]), (nt[1], kt[1])) if self.spec.transpose_b else ((kt[0], nt[0]), (kt[1], nt[1]))
+        return self._box(self.spec.b.shape, bi, lo, ext)
+
+    def out_box(self, bi: int, mt: _Span, nt: _Span, dtype: DType | None = None) -> Copy:
+        """The output tile's box (of an output-shaped tensor of ``dtype``, default the output's)."""
+        out, batch_shape = self.spec.out, self.batch_shape
+        lead = len(batch_shape)
+        idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape)) if lead else ()
+        return copy_cost(self.hw, out.dtype if dtype is None else dtype, out.shape, (*idx, mt[0], nt[0]),
+                         (*(1,) * lead, mt[1], nt[1]))
+
+    def loads(self, bi: int, mt: _Span, nt: _Span, kt: _Span, new_outer: bool,
+              streamed_k: bool) -> tuple[Copy, Copy | None]:
+        """A step's loads, and those of its outer loop's stationary operand (None: none at this step)."""
+        if streamed_k:
+            return self.a_box(bi, mt, kt) + self.b_box(bi, nt, kt), None
+        if self.a_stationary:
+            return self.b_box(bi, nt, kt), self.a_box(bi, mt, kt) if new_outer else None
+        return self.a_box(bi, mt, kt), self.b_box(bi, nt, kt) if new_outer else None
+
+    def epi_loads(self, bi: int, mt: _Span, nt: _Span) -> Copy:
+        """The epilogue operands of an output tile: per-channel ones along N, whole ones as the output."""
+        operands = NO_COPY
+        for e in self.spec.epilogue:
+            if e.operand is None:
+                continue
+            if e.broadcast == Broadcast.CHANNEL:
+                operands += copy_cost(self.hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
+            else:
+                operands += self.out_box(bi, mt, nt, e.operand.dtype)
+        return operands
 
 
 class Matmul(OpKind):
@@ -147,70 +214,33 @@ class Matmul(OpKind):
 
     # -------------------------------------------------------------- cost model
     def steps(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> Iterator[Step]:
+        """The steps of ``tile``'s loop nest in order, with their copies (:class:`_StepCopies`) and cycles."""
         m, n, k = spec.mnk
         dt = spec.a.dtype
-        tk = min(tile.tk, k)
-        k_tiles = axis_tiles(k, tk)
+        k_tiles = axis_tiles(k, min(tile.tk, k))
         m_tiles, n_tiles = axis_tiles(m, tile.tm), axis_tiles(n, tile.tn)
-        order = effective_order(spec, tile)
-        batch_shape = spec.out.shape[:-2]
-
-        def box(shape, bi, lo, ext):
-            """Copy cost of an operand's (lo, ext) tile in batch ``bi`` (any number of batch dims; a 2-D
-            operand is shared by every batch)."""
-            lead = len(shape) - 2
-            idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape))[len(batch_shape) - lead:] if lead else ()
-            return copy_cost(hw, dt, shape, (*idx, *lo), (*(1,) * lead, *ext))
-
-        def a_box(bi, mt, kt):
-            return box(spec.a.shape, bi, (mt[0], kt[0]), (mt[1], kt[1]))
-
-        def b_box(bi, nt, kt):
-            lo, ext = ((nt[0], kt[0]), (nt[1], kt[1])) if spec.transpose_b else ((kt[0], nt[0]), (kt[1], nt[1]))
-            return box(spec.b.shape, bi, lo, ext)
-
-        def out_box(bi, mt, nt, dtype=None):
-            lead = len(batch_shape)
-            idx = tuple(int(i) for i in np.unravel_index(bi, batch_shape)) if lead else ()
-            return copy_cost(hw, spec.out.dtype if dtype is None else dtype, spec.out.shape, (*idx, mt[0], nt[0]),
-                             (*(1,) * lead, mt[1], nt[1]))
-
+        a_stationary = effective_order(spec, tile) == Order.A_STATIONARY
+        copies = _StepCopies(spec, hw, a_stationary)
         streamed_k = len(k_tiles) > 1
+        last_k = len(k_tiles) - 1
         for bi in range(spec.batch):
-            pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if order == Order.A_STATIONARY
+            pairs = ([(mt, nt) for mt in m_tiles for nt in n_tiles] if a_stationary
                      else [(mt, nt) for nt in n_tiles for mt in m_tiles])
             prev = None
             slot = 0
             for mt, nt in pairs:
-                key = mt if order == Order.A_STATIONARY else nt
+                key = mt if a_stationary else nt
                 new_outer = key != prev
                 slot = 0 if new_outer else slot + 1
                 prev = key
                 vec = vector_cycles(hw, spec, mt[1] * nt[1])
-                store = out_box(bi, mt, nt)
+                store = copies.out_box(bi, mt, nt)
                 for ki, kt in enumerate(k_tiles):
-                    loads = Copy()
-                    stationary = None
-                    if streamed_k:
-                        loads += a_box(bi, mt, kt)
-                        loads += b_box(bi, nt, kt)
-                    elif order == Order.A_STATIONARY:
-                        loads += b_box(bi, nt, kt)
-                        stationary = a_box(bi, mt, kt) if new_outer else None
-                    else:
-                        loads += a_box(bi, mt, kt)
-                        stationary = b_box(bi, nt, kt) if new_outer else None
-                    last = ki == len(k_tiles) - 1
-                    operands = Copy()
-                    for e in spec.epilogue if last else ():
-                        if e.operand is None:
-                            continue
-                        if e.broadcast == Broadcast.CHANNEL:
-                            operands += copy_cost(hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))
-                        else:
-                            operands += out_box(bi, mt, nt, e.operand.dtype)
+                    loads, stationary = copies.loads(bi, mt, nt, kt, new_outer, streamed_k)
+                    last = ki == last_k
+                    operands = copies.epi_loads(bi, mt, nt) if last else NO_COPY
                     tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
-                    yield Step(loads, tensor, last, vec if last else 0, store if last else Copy(),
+                    yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY,
                                stationary, operands, ki if streamed_k else slot)
 
     def compute_floor(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> int:
