@@ -30,6 +30,7 @@ _LAZY = {
     "load_model": "tvm_npu.compiler.driver",
     "partition_for_npu": "tvm_npu.compiler.byoc",
     "SymbolicShapeWarning": "tvm_npu.compiler.shapes",
+    "UnsupportedOperatorError": "tvm_npu.compiler.onnx_import",
     "HostFallbackWarning": "tvm_npu.relay_patterns",
     "profile": "tvm_npu.report.profiling",
     "tune": "tvm_npu.tuning.tuner",

@@ -199,7 +199,7 @@ def test_quantize_binds_symbolic_dimensions(tmp_path: Path, capsys: pytest.Captu
     model = fp32_model(batch="N")
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
     onnx.save(model, str(path))
-    one_line_error(capsys, argv, "'x'", "dimension 2 ('H') is symbolic", "--input-shape x=1,3,H,16")
+    one_line_error(capsys, argv, "'x'", "dimension 2 ('H') is symbolic", "--input-shape x=1,3,224,16")
 
 
 def test_quantize_cli_reports_what_it_did(fp32: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -194,10 +194,20 @@ def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
         raise ValueError("the ONNX model has an empty graph")
     from tvm.relax.frontend.onnx import from_onnx
 
-    from tvm_npu.compiler.onnx_import import bind_input_shapes, prepare  # symbolic dims; shape arithmetic, Clip, pads
+    from tvm_npu.compiler.onnx_import import (  # symbolic dims; shape arithmetic, Clip, pads; what TVM cannot import
+        bind_input_shapes,
+        check_operators,
+        frontend_error,
+        prepare,
+    )
     from tvm_npu.compiler.qoperator import to_qdq  # QOperator nodes (QLinearConv, ...) become QDQ, which TVM imports
 
-    return from_onnx(prepare(to_qdq(bind_input_shapes(model, shapes))), keep_params_in_input=False)
+    model = prepare(to_qdq(bind_input_shapes(model, shapes)))
+    check_operators(model)
+    try:
+        return from_onnx(model, keep_params_in_input=False)
+    except NotImplementedError as e:  # tvm.error.OpNotImplemented and the importer's own
+        raise frontend_error(e) from None
 
 
 def _bind(params: Mapping[str, Any] | None) -> Callable[[tvm.IRModule], tvm.IRModule]:

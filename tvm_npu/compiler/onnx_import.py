@@ -37,7 +37,7 @@ import tvm
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
-from tvm_npu.compiler.shapes import Dim, resolve_shapes
+from tvm_npu.compiler.shapes import Dim, declared_dim, resolve_shapes
 from tvm_npu.models.inputs import input_values
 from tvm_npu.models.registry import opset
 
@@ -463,7 +463,9 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
 
 # ------------------------------------------------------------------ symbolic input dimensions
 def _declared(vi: onnx.ValueInfoProto) -> tuple[Dim, ...]:
-    return tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+    """An input's dimensions under :func:`tvm_npu.compiler.shapes.declared_dim`: a ``dim_value`` of -1 or 0
+    (paddle2onnx), ``?``, an empty ``dim_param`` and a dimension with neither are anonymous."""
+    return tuple(declared_dim(int(d.dim_value)) if d.HasField("dim_value") else declared_dim(d.dim_param)
                  for d in vi.type.tensor_type.shape.dim)
 
 
@@ -501,3 +503,76 @@ def bind_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
                 all(d.HasField("dim_value") for d in new.type.tensor_type.shape.dim):
             o.type.tensor_type.shape.CopyFrom(new.type.tensor_type.shape)
     return out
+
+
+#: Operator domains TVM's ONNX importer reads: the standard one and the ``com.microsoft`` contrib
+#: operators it converts (``Attention``, ``SkipLayerNormalization``, ...). It keys its converters by
+#: operator type alone, so a node of any other domain is refused here whatever its type.
+_FRONTEND_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
+_NAMED_NODES = 3  # nodes named per operator in the error
+
+
+class UnsupportedOperatorError(ValueError):
+    """A one-line error for an ONNX model with operators TVM's ONNX importer cannot import:
+    each operator (``domain.Type`` outside the standard domain), its first nodes and where the
+    supported operators are listed. ``operators`` holds the operator names."""
+
+    def __init__(self, message: str, operators: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.operators = tuple(operators)
+
+
+def supported_operators() -> list[str]:
+    """The ONNX operator types TVM's ONNX importer converts, sorted (its converter table, ``If``
+    and ``Constant``). The importer picks per operator the newest converter no newer than the
+    model's opset (the oldest when all are newer), so the list is the same for every opset;
+    ``com.microsoft`` contrib operators are among them by type."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    return sorted({*_get_convert_map(), "If", "Constant"})
+
+
+def unsupported_operators(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Operator -> the nodes using it (names, else ``output 'x'``), in graph order, for every
+    operator of ``model`` that TVM's ONNX importer cannot import, subgraphs (``If`` branches,
+    ``Loop`` / ``Scan`` bodies) included. Empty when the importer knows every operator."""
+    supported = set(supported_operators())
+    found: dict[str, list[str]] = {}
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if domain not in _FRONTEND_DOMAINS or node.op_type not in supported:
+                op = f"{domain}.{node.op_type}" if domain else node.op_type
+                label = repr(node.name) if node.name else f"output {next(iter(node.output), '?')!r}"
+                found.setdefault(op, []).append(label)
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(g)
+
+    walk(model.graph)
+    return found
+
+
+def check_operators(model: onnx.ModelProto) -> None:
+    """Raise :class:`UnsupportedOperatorError` when ``model`` has operators TVM's ONNX importer
+    cannot import (:func:`unsupported_operators`), naming them and their first nodes."""
+    found = unsupported_operators(model)
+    if not found:
+        return
+    parts = []
+    for op, nodes in found.items():
+        more = f" and {len(nodes) - _NAMED_NODES} more" if len(nodes) > _NAMED_NODES else ""
+        parts.append(f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes[:_NAMED_NODES])}{more})")
+    raise UnsupportedOperatorError(
+        f"TVM's ONNX importer does not support the operator{'s' if len(found) > 1 else ''} {'; '.join(parts)}; "
+        f"supported: {len(supported_operators())} ONNX operators, see "
+        f"tvm_npu.compiler.onnx_import.supported_operators()", list(found))
+
+
+def frontend_error(e: BaseException) -> UnsupportedOperatorError:
+    """TVM's ``OpNotImplemented`` (or ``NotImplementedError``) from its ONNX importer as one line."""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return UnsupportedOperatorError(f"TVM's ONNX importer: {lines[0] if lines else type(e).__name__}; supported: "
+                                    f"{len(supported_operators())} ONNX operators, see "
+                                    f"tvm_npu.compiler.onnx_import.supported_operators()")

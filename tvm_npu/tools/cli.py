@@ -304,6 +304,8 @@ def _quantize_command(command: _Command) -> None:
     p.add_argument("--activations", choices=ACTIVATIONS, default="int8",
                    help="activation type (default: %(default)s)")
     p.add_argument("--per-tensor", action="store_true", help="one scale per weight tensor, not per output channel")
+    p.add_argument("--exclude", action="append", default=[], metavar="NODE",
+                   help="leave node NODE in float (repeatable): its name, or an unnamed node's first output")
     _input_shape_arg(p)
     p.set_defaults(func=cmd_quantize)
 
@@ -582,7 +584,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
     samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed)
     output = quantize_model(model, args.output, calibration=samples, activations=args.activations,
-                            per_channel=not args.per_tensor)
+                            per_channel=not args.per_tensor, exclude=args.exclude)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
               else f"{len(samples)} random standard-normal sample{'s' * (len(samples) > 1)} (seed {args.seed})")
     upgraded = f", upgraded from opset {opset(model)} to {MIN_OPSET}" if opset(model) < MIN_OPSET else ""
@@ -591,7 +593,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     print(f"calibration: {source}")
     print(f"weights: int8 symmetric, {'per tensor' if args.per_tensor else 'per channel'}; "
           f"activations: {args.activations} asymmetric")
-    print(f"nodes: {n_q} QuantizeLinear, {n_dq} DequantizeLinear")
+    kept = f"; left in float: {', '.join(args.exclude)}" if args.exclude else ""
+    print(f"nodes: {n_q} QuantizeLinear, {n_dq} DequantizeLinear{kept}")
     print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)")
     return 0
 

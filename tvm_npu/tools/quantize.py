@@ -5,7 +5,9 @@ the quantizer itself is onnxruntime's, well kept and what users already trust; t
 module chooses the settings the NPU wants (symmetric int8 weights, per output channel
 by default; int8 or uint8 activations), prepares the model (opset 13, batch-norm folded)
 and turns the usual mistakes with calibration data into one-line errors that name the
-input. The input helpers (:func:`random_samples`, :func:`npz_samples`; the graph's inputs are
+input. Whatever fails inside onnxruntime's quantizer is a one-line :class:`QuantizationError`
+naming the node it concerns and what to try; the output file is written only on success.
+The input helpers (:func:`random_samples`, :func:`npz_samples`; the graph's inputs are
 :func:`tvm_npu.models.inputs.graph_inputs`) are shared with :mod:`tvm_npu.tools.quant_error`.
 
 onnxruntime is an optional dependency (``pip install "tvm-npu[quantize]"``).
@@ -14,6 +16,7 @@ onnxruntime is an optional dependency (``pip install "tvm-npu[quantize]"``).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,6 +149,14 @@ def calibration_samples(model: onnx.ModelProto, calibration: CalibrationSource |
 
 
 # ---------------------------------------------------------------------------- quantize
+def _load_or(path: Path, fallback: onnx.ModelProto) -> onnx.ModelProto:
+    """The model at ``path`` (without its external data), or ``fallback`` when it cannot be read."""
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return fallback
+
+
 def qdq_counts(model: onnx.ModelProto) -> tuple[int, int]:
     """(QuantizeLinear nodes, DequantizeLinear nodes) of the main graph."""
     ops = [n.op_type for n in model.graph.node]
@@ -172,13 +183,87 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.input[:]
     model.graph.input.extend(inputs)
     model.ir_version = max(model.ir_version, helper.find_min_ir_version_for(model.opset_import, ignore_unknown=True))
+    _name_nodes(model)
     return model
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    """Name every unnamed node of the main graph after its first output, so that errors can name
+    it and ``exclude`` (onnxruntime's ``nodes_to_exclude``, which matches node names) can select it."""
+    taken = {n.name for n in model.graph.node if n.name}
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            base = next((o for o in node.output if o), f"{node.op_type}_{i}")
+            name, k = base, 1
+            while name in taken:
+                name, k = f"{base}_{k}", k + 1
+            node.name = name
+            taken.add(name)
+
+
+# ------------------------------------------------------------------ quantizer failures
+class QuantizationError(ValueError):
+    """onnxruntime's quantizer failed: one line saying what failed, the node it concerns when it can be
+    found and what to try; onnxruntime's own exception is chained (``__cause__``)."""
+
+
+#: Suffixes onnxruntime's quantizer appends to a tensor's name for the tensors it makes from it.
+_ORT_SUFFIXES = ("_scale", "_zero_point", "_quantized", "_QuantizeLinear_Output", "_DequantizeLinear_Output",
+                 "_QuantizeLinear", "_DequantizeLinear", "_ReduceMin", "_ReduceMax", "_Reshape", "_output_0")
+
+
+def _mentioned_names(e: BaseException) -> list[str]:
+    """The tensor or node names an exception names: a KeyError's key, or the quoted words of its message."""
+    if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
+        found = [e.args[0]]
+    else:
+        found = [a or b for a, b in re.findall(r"'([^'\n]+)'|\"([^\"\n]+)\"", str(e))]
+    names = []
+    for name in found:
+        stripped = name
+        while True:  # "140_scale", "140_QuantizeLinear_Output_scale", ... -> "140"
+            shorter = next((stripped[:-len(s)] for s in _ORT_SUFFIXES
+                            if stripped.endswith(s) and len(stripped) > len(s)), None)
+            if shorter is None:
+                break
+            stripped = shorter
+        names += [n for n in (name, stripped) if n not in names]
+    return names
+
+
+def failed_node(e: BaseException, model: onnx.ModelProto) -> onnx.NodeProto | None:
+    """The node of ``model`` an exception from onnxruntime's quantizer concerns: the one it names, or the one
+    producing (else the first consuming) a tensor it names; None when it names none of them."""
+    nodes = list(model.graph.node)
+    for name in _mentioned_names(e):
+        for found in ([n for n in nodes if n.name == name], [n for n in nodes if name in n.output],
+                      [n for n in nodes if name in n.input]):
+            if found:
+                return found[0]
+    return None
+
+
+def quantization_error(e: BaseException, stage: str, model: onnx.ModelProto, *, per_channel: bool = True,
+                       activations: str = "int8") -> QuantizationError:
+    """``e``, raised by onnxruntime's ``stage`` on ``model``, as one line: what failed, the node it concerns and
+    what to try (the CLI's options; in Python ``exclude=[...]``, ``per_channel=False``, ``activations=``)."""
+    node = failed_node(e, model)
+    where = f" at {node.op_type} node {node.name!r}" if node is not None else ""
+    tries = [f"--exclude {node.name} to keep that node in float" if node is not None
+             else "--exclude NODE to keep the node it concerns in float"]
+    if per_channel:
+        tries.append("--per-tensor")
+    tries.append(f"--activations {'uint8' if activations == 'int8' else 'int8'}")
+    what = f"{type(e).__name__}: {first_line(e)}"
+    return QuantizationError(f"onnxruntime's {stage} failed{where} ({what}); try {', '.join(tries[:-1])} or "
+                             f"{tries[-1]} (--verbose shows onnxruntime's traceback)")
 
 
 def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.PathLike, *,
                    calibration: CalibrationSource | None = None, random: int | None = None, seed: int = 0,
                    activations: str = "int8", per_channel: bool = True,
-                   input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
+                   input_shapes: Mapping[str, Sequence[int]] | None = None,
+                   exclude: Sequence[str] = ()) -> Path:
     """Quantize ``model`` to QDQ int8 with onnxruntime's ``quantize_static``; returns ``output``.
 
     Calibration data is ``calibration`` (arrays by input name, each one sample or samples
@@ -188,7 +273,13 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     the quantized model has static input shapes, as the NPU compiles them. Weights
     are symmetric int8, per output channel unless ``per_channel=False``; activations are
     asymmetric ``int8`` or ``uint8``. The fp32 tensor names are kept, which
-    :func:`tvm_npu.tools.quant_error.compare_models` relies on.
+    :func:`tvm_npu.tools.quant_error.compare_models` relies on. ``exclude`` names nodes to leave in
+    float (onnxruntime's ``nodes_to_exclude``): a node's name or, for an unnamed node, its first output's.
+
+    A failure inside onnxruntime's quantizer (pre-processing, calibration, quantization) is a
+    :class:`QuantizationError` (a ValueError) of one line naming the node it concerns and what to
+    try, onnxruntime's exception chained. ``output`` is written only on success (through a temporary
+    file beside it); the input model file is only read.
     """
     require_onnxruntime()
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -199,6 +290,11 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     proto = bind_input_shapes(load_onnx(model), input_shapes)
     samples = calibration_samples(proto, calibration, random=random, seed=seed)
     proto = _prepare(proto)
+    names = {n.name for n in proto.graph.node}
+    unknown = [n for n in exclude if n not in names]
+    if unknown:
+        raise ValueError(f"--exclude {unknown[0]!r}: the model has no node of that name; its nodes are "
+                         f"{', '.join(n.name for n in proto.graph.node[:12])}{', ...' * (len(names) > 12)}")
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -219,12 +315,27 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
         # the initializers out of the model, and then cannot read a ConstantOfShape's shape.
         # Symbolic shape inference is skipped: it needs sympy and only helps transformer-style
         # dynamic shapes; onnx shape inference still runs.
-        quant_pre_process(source, prepared, skip_symbolic_shape=True)
-        quantize_static(
-            str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-            activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            # the defaults, stated: the NPU's int8 weights carry no zero point
-            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
-        )
+        options = {"per_channel": per_channel, "activations": activations}
+        try:
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        except Exception as e:
+            raise quantization_error(e, "model preparation (quant_pre_process)", proto, **options) from e
+        # written beside the output and moved over it only once complete: a failure leaves no
+        # partial file, and an existing output stays as it was
+        fd, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
+        os.close(fd)
+        try:
+            try:
+                quantize_static(
+                    str(prepared), partial, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                    # the defaults, stated: the NPU's int8 weights carry no zero point
+                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+                )
+            except Exception as e:
+                raise quantization_error(e, "quantize_static", _load_or(prepared, proto), **options) from e
+            os.replace(partial, output)
+        finally:
+            Path(partial).unlink(missing_ok=True)
     return output
