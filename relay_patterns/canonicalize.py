@@ -31,6 +31,7 @@ from .extract import static_shape
 from .lifted import Lifted, with_lifted_constants
 from .lrn import lrn_to_pool
 from .quantized import qdq_to_integer
+from .spatial_mean import spatial_mean_keepdims
 from .transformer import transformer_ops
 
 
@@ -480,6 +481,7 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.decompose": "TVM's DecomposeOpsForInference (other batch-norms as elementwise ops)",
     "npu.canonicalize.transformer-ops": "decomposed layer norms and GELUs -> one op each",
     "npu.canonicalize.lrn": "the importer's LRN (avg_pool3d, power, divide) -> an NPU pool and epilogue",
+    "npu.canonicalize.spatial-mean": "a mean over H, W without keepdims -> a global average pool and a reshape",
     "npu.canonicalize.reciprocal-divide": "x / c -> x * (1 / c) for a float constant c",
     "npu.canonicalize.bindings": "TVM's CanonicalizeBindings and DeadCodeElimination",
 }
@@ -505,6 +507,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         # GELUs -> one op each
         named("npu.canonicalize.lrn", lrn_to_pool),  # the importer's LRN (avg_pool3d, power, divide) -> pool
         # over a view + epilogue
+        named("npu.canonicalize.spatial-mean", spatial_mean_keepdims),  # after QDQ (which does the 8-bit form)
         named("npu.canonicalize.fold-constants", fold_constants),
         named("npu.canonicalize.reciprocal-divide", reciprocal_divide),  # after folding: a batch-norm's divisor
         # is then one constant

@@ -530,6 +530,13 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             if inner is None:
                 return None, call.args[0], steps[::-1]
             call = inner
+        elif (reverse := _constant_first(op, call)) is not None:
+            steps += reverse  # c - x, c / x: steps on x (:func:`_constant_first`)
+            x = call.args[1]
+            inner = region.call(x)
+            if inner is None:
+                return None, x, steps[::-1]
+            call = inner
         elif kind is not None:
             lhs, rhs = call.args
             lhs_call, rhs_call = region.call(lhs), region.call(rhs)
@@ -547,6 +554,25 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             return call, None, steps[::-1]
         else:
             raise ValueError(f"operator {op} is not supported by the NPU")
+
+
+def _constant_first(op: str, call: relax.Call) -> list[_Step] | None:
+    """``c - x`` and ``c / x`` with a float constant ``c`` (any shape that broadcasts: a scalar, one value per
+    channel, ...) as steps on ``x``, in the walker's (reversed) order; None for any other call.
+
+    ``c - x`` is ``(-1) * x + c``: the negation is exact and IEEE defines ``c - x`` as ``c + (-x)``, so the
+    result is bit for bit the same. ``c / x`` is ``c * (1 / x)``: ``VRECIP`` rounds ``1 / x`` once, so the
+    product is within two roundings of the quotient (exact for ``c = 1``). ``c + x``, ``c * x``, ``max(c, x)``
+    and ``min(c, x)`` commute and need nothing of this (:func:`_elementwise_operands`)."""
+    if op not in ("relax.subtract", "relax.divide") or len(call.args) != 2:
+        return None
+    c, x = call.args
+    if not isinstance(c, GenericConst) or isinstance(x, GenericConst) or not str(c.ty.dtype).startswith("float"):
+        return None
+    if op == "relax.subtract":
+        minus_one = relax.const(np.array(-1, dtype=str(c.ty.dtype)))
+        return [_Step(EpiKind.ADD, c), _Step(EpiKind.MUL, minus_one)]
+    return [_Step(EpiKind.MUL, c), _Step(EpiKind.RECIP)]
 
 
 def _hard_sigmoid_of(call: relax.Call | None, region: _Region) -> tuple[float, float, relax.Expr] | None:

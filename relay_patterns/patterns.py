@@ -273,6 +273,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     for name, op in BINARY.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard(), wildcard()))
+    # c / x: a reciprocal and a multiply by c (extract._constant_first); x / c is x * (1 / c) by canonicalisation
+    add(f"{PREFIX}.constant_divide", is_op("relax.divide")(is_const(), wildcard()))
     for name in ACTIVATIONS:
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     add(f"{PREFIX}.astype", is_op("relax.astype")(wildcard()))  # fp32 <-> fp16 where precisions meet

@@ -16,7 +16,8 @@ quantized region into the integer form the NPU runs and llvm computes alike:
 * ``quantize([relu|clip](dequantize(a) + dequantize(b)))`` (a residual add) becomes the
   rescaled sum of :func:`~tvm_npu.simulator.quant.rescale_add` (onnxruntime's QLinearAdd),
   written as float32 Relax arithmetic ending in ``quantize(scale=1)``.
-* ``quantize(mean(dequantize(x)))`` over H and W (a global average pool) and
+* ``quantize(mean(dequantize(x)))`` over H and W (a global average pool; NCHW or NHWC, and without
+  ``keepdims`` followed by a reshape that drops the axes) and
   ``quantize(avg_pool2d(dequantize(x)))`` whose divisor is the window size become a
   depthwise convolution with unit weights (exact window sums; padding reads the zero point)
   and a requantisation by ``s_x / (s_y * count)`` (onnxruntime's QLinearGlobalAveragePool).
@@ -70,6 +71,7 @@ from tvm_npu.simulator import quant
 from tvm_npu.config import DType
 
 from .patterns import HostFallbackWarning
+from .spatial_mean import spatial_layout
 
 GenericConst = tvm.ir.expr.GenericConst
 _Q = "relax.quantize"
@@ -283,15 +285,17 @@ class _QdqToInteger(relax.PyExprMutator):
     def _global_average(self, mean: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                         hi: float | None) -> relax.Expr:
         """``quantize(mean(dequantize(x)) over H, W)``: a window over the whole image
-        (onnxruntime's QLinearGlobalAveragePool computes it so)."""
-        shape = [int(d) for d in mean.args[0].ty.shape]
-        axes = sorted(int(a) % len(shape) for a in (mean.attrs.axis or []))
-        layouts = {(2, 3): "NCHW", (1, 2): "NHWC"}
-        if len(shape) != 4 or tuple(axes) not in layouts or not mean.attrs.keepdims:
+        (onnxruntime's QLinearGlobalAveragePool computes it so). Without ``keepdims`` (Keras / tf2onnx
+        heads, ``[N, C]`` out) the pool keeps them and a reshape (a view) drops them."""
+        layout = spatial_layout(mean)
+        if layout is None:
             raise _Skip("")  # not a global average pool
-        layout = layouts[tuple(axes)]
+        shape = [int(d) for d in mean.args[0].ty.shape]
         window = (shape[layout.index("H")], shape[layout.index("W")])
-        return self._window_average(mean.args[0], layout, window, (1, 1), (0, 0, 0, 0), out_dt, sy, zy, lo, hi)
+        y = self._window_average(mean.args[0], layout, window, (1, 1), (0, 0, 0, 0), out_dt, sy, zy, lo, hi)
+        if mean.attrs.keepdims:
+            return y
+        return relax.op.reshape(self._emit(y), [int(d) for d in mean.ty.shape])
 
     def _average_pool(self, pool: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                       hi: float | None) -> relax.Expr:

@@ -16,7 +16,8 @@ is left as it is (and runs as the elementwise operators it is). Attention idioms
 brought to the form the matmul folds: K^T of split heads (a transpose that moves the
 innermost axis) and a fused q/k/v projection
 split by ``take`` (one projection each, so every head split is a view); a constant added on a
-reshaped view of the scores (Swin's window mask) is added on the scores themselves.
+reshaped view of the scores (Swin's window mask) is added on the scores themselves. A softmax over
+another axis than the last is moved onto the last one between two transposes (views in a partition).
 """
 
 from __future__ import annotations
@@ -251,10 +252,36 @@ def _reshaped_add(func: relax.Function) -> relax.Function:
     return rewrite_call(root, rewrite, func)
 
 
+def _softmax_last_axis(func: relax.Function) -> relax.Function:
+    """``softmax(x, axis=k)`` over another axis than the last (YOLOv8's DFL over axis 1, a softmax over the
+    channels of a conv output) -> ``permute_dims(softmax(permute_dims(x, p), axis=-1), p^-1)``, ``p`` moving
+    axis ``k`` to the end: the NPU's row-wise operator normalises the last axis, and inside a partition the
+    transposes are views (its input is read, its result written, through strides). Only where the NPU
+    takes the softmax (float32, static shape, rows of at least two elements), so that no transpose is left
+    on the host around a softmax that stays there."""
+    x = wildcard()
+    root = is_op("relax.nn.softmax")(x)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        shape = static_shape(m[x])
+        if shape is None or str(m[x].ty.dtype) != "float32":
+            return orig
+        rank = len(shape)
+        axis = int(m[root].attrs.axis) % rank
+        if axis == rank - 1 or shape[axis] < 2:
+            return orig
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        inverse = [perm.index(a) for a in range(rank)]
+        rows = relax.op.nn.softmax(relax.op.permute_dims(m[x], perm), axis=-1)
+        return relax.op.permute_dims(rows, inverse)
+
+    return rewrite_call(root, rewrite, func)
+
+
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.TransformerOps")
 def transformer_ops(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """Decomposed layer norms and GELUs -> ``layer_norm`` / ``gelu`` / ``gelu_tanh``; attention's K^T
     in the form the matmul folds (module docstring). The scores' ``/ sqrt(d)`` becomes a multiply, an
     epilogue step, in :func:`~relay_patterns.canonicalize.reciprocal_divide` like any division by a constant."""
     func = _reshaped_add(_split_fused_projection(_gelu_tanh(_gelu_erf(_layer_norm(func)))))
-    return _key_transpose(_explicit_axes(func))
+    return _softmax_last_axis(_key_transpose(_explicit_axes(func)))

@@ -147,6 +147,7 @@ def test_fusion0_table_has_only_bare_ops() -> None:
     assert bare == {
         "npu.conv2d", "npu.matmul", "npu.max_pool2d", "npu.avg_pool2d", "npu.adaptive_avg_pool2d", "npu.mean",
         "npu.add", "npu.subtract", "npu.multiply", "npu.maximum", "npu.minimum", *(f"npu.{a}" for a in ACTS),
+        "npu.constant_divide",  # c / x: a reciprocal and a multiply
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
         "npu.softmax", "npu.layer_norm",  # the row-wise operators
@@ -486,17 +487,37 @@ def test_scalar_constant_becomes_a_filled_channel_vector() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda x, y: relax.op.nn.softmax(x, axis=1),  # the NPU normalises along the last axis only
-        lambda x, y: relax.op.subtract(relax.const(np.ones((1, 6, 1, 1), F32)), x),  # constant - tensor
+        # the row-wise kind normalises along the last axis only (the canonicalisation moves another axis there)
+        lambda x, y: relax.op.nn.softmax(x, axis=1),
         lambda x, y: relax.op.subtract(x, y),  # a per-channel tensor subtracted (only * and + take one)
+        lambda x, y: relax.op.divide(x, y),  # a tensor divided by a tensor
         lambda x, y: relax.op.erf(x),  # erf alone (only inside a gelu)
     ],
-    ids=["softmax_axis1", "const_minus_tensor", "tensor_broadcast", "erf"],
+    ids=["softmax_axis1", "tensor_broadcast", "tensor_divide", "erf"],
 )
 def test_unsupported_elementwise_stays_on_host(make: Callable) -> None:
     x, y = tensor("x", (1, 6, 4, 4)), tensor("y", (1, 6, 1, 1))
     mod = partition(build([x, y], lambda emit, x, y: emit(make(x, y))))
     assert names(mod) == [] and sum(host_ops(mod).values()) == 1
+
+
+@pytest.mark.parametrize("op", ["subtract", "divide"])
+def test_constant_first_operand(op: str) -> None:
+    """``c - x`` is ``(-1) * x + c`` and ``c / x`` is ``c * (1 / x)``: steps on ``x``, ``c`` per channel."""
+    x = tensor("x", (1, 6, 4, 4))
+    c = RNG.uniform(0.5, 2.0, (1, 6, 1, 1)).astype(F32)
+    make = getattr(relax.op, op)
+    name, spec, consts = only_spec(partition(build([x], lambda emit, x: emit(make(relax.const(c), x)))))
+    assert name == ("npu.subtract" if op == "subtract" else "npu.constant_divide") and spec.data.shape == (1, 6, 4, 4)
+    if op == "subtract":
+        neg, add = spec.epilogue
+        assert neg.kind == EpiKind.MUL and add.kind == EpiKind.BIAS
+        np.testing.assert_array_equal(consts[neg.operand.name], np.full(6, -1, F32))
+        np.testing.assert_array_equal(consts[add.operand.name], c.reshape(-1))
+    else:
+        recip, mul = spec.epilogue
+        assert recip.kind == EpiKind.RECIP and recip.operand is None and mul.kind == EpiKind.MUL
+        np.testing.assert_array_equal(consts[mul.operand.name], c.reshape(-1))
 
 
 def test_constant_broadcast_along_two_axes_is_stored_full_size() -> None:

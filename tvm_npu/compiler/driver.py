@@ -39,6 +39,7 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.canonicalize.decompose        no DecomposeOpsForInference
     npu.canonicalize.transformer-ops  decomposed layer norms and GELUs stay decomposed
     npu.canonicalize.lrn              LRN stays the importer's avg_pool3d form (on the host)
+    npu.canonicalize.spatial-mean     a mean over H, W without keepdims stays (on the host)
     npu.canonicalize.reciprocal-divide  x / c stays a division
     npu.canonicalize.bindings         no CanonicalizeBindings / DeadCodeElimination
     npu.schedule.depthwise-vector     depthwise conv2d on the tensor engine only (the target

@@ -140,6 +140,9 @@ _RULES = (
     # matched as power(x, scalar constant) (relay_patterns.patterns / extract)
     EpiRule(EpiKind.POW, "relax.power", lambda x, _y, s: tirx.power(x, tirx.const(s.floats[0], x.dtype)),
             isa.Opcode.VPOW, float_only=True),
+    # matched as divide(constant, x) -> reciprocal, then multiply by the constant (relay_patterns.extract)
+    EpiRule(EpiKind.RECIP, None, lambda x, _y, _s: tirx.const(1.0, x.dtype) / x, isa.Opcode.VRECIP,
+            float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
     # matched as relax.astype between float types, from 8 bits to float32 (a dequantization) and as the
