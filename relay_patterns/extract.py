@@ -500,39 +500,9 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
         if op == "relax.quantize" and (requant := _requant_step(call, region)) is not None:
             step, call = requant
             steps.append(step)
-        elif op == "relax.quantize":
-            steps += _float_quantize_steps(call)
-            inner = region.call(call.args[0])
-            if inner is None:
-                return None, call.args[0], steps[::-1]
-            call = inner
-        elif op == "relax.astype":
-            if not _dtype(call.attrs.dtype).is_float:
-                raise ValueError(f"astype to {call.attrs.dtype} truncates; the NPU's cast rounds (accepted: to a "
-                                 "float type)")
-            steps.append(_Step(EpiKind.CAST, dtype=_dtype(call.attrs.dtype)))
-            inner = region.call(call.args[0])
-            if inner is None:
-                return None, call.args[0], steps[::-1]
-            call = inner
-        elif (hard := _hard_activation(call, region)) is not None:
-            step, x = hard
-            steps.append(step)
-            inner = region.call(x)
-            if inner is None:
-                return None, x, steps[::-1]
-            call = inner
-        elif kind is not None and not kind.binary:
-            lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
-            floats = (_exponent(call.args[1]),) if kind == EpiKind.POW else ()
-            steps.append(_Step(kind, lo=lo, hi=hi, floats=floats))
-            inner = region.call(call.args[0])
-            if inner is None:
-                return None, call.args[0], steps[::-1]
-            call = inner
-        elif (reverse := _constant_first(op, call)) is not None:
-            steps += reverse  # c - x, c / x: steps on x (:func:`_constant_first`)
-            x = call.args[1]
+        elif (unary := _unary_steps(call, op, kind, region)) is not None:
+            new, x = unary
+            steps += new
             inner = region.call(x)
             if inner is None:
                 return None, x, steps[::-1]
@@ -554,6 +524,30 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
             return call, None, steps[::-1]
         else:
             raise ValueError(f"operator {op} is not supported by the NPU")
+
+
+def _unary_steps(call: relax.Call, op: str, kind: EpiKind | None,
+                 region: _Region) -> tuple[list[_Step], relax.Expr] | None:
+    """The steps of a call that reads one value of the chain (a float quantize, a cast, a hard activation,
+    a unary operator, a constant-first subtract or divide), in the walker's (reversed) order, and that
+    value; None for any other call (a binary operator, a main operator)."""
+    if op == "relax.quantize":
+        return _float_quantize_steps(call), call.args[0]
+    if op == "relax.astype":
+        if not _dtype(call.attrs.dtype).is_float:
+            raise ValueError(f"astype to {call.attrs.dtype} truncates; the NPU's cast rounds (accepted: to a "
+                             "float type)")
+        return [_Step(EpiKind.CAST, dtype=_dtype(call.attrs.dtype))], call.args[0]
+    if (hard := _hard_activation(call, region)) is not None:
+        step, x = hard
+        return [step], x
+    if kind is not None and not kind.binary:
+        lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
+        floats = (_exponent(call.args[1]),) if kind == EpiKind.POW else ()
+        return [_Step(kind, lo=lo, hi=hi, floats=floats)], call.args[0]
+    if (reverse := _constant_first(op, call)) is not None:
+        return reverse, call.args[1]  # c - x, c / x: steps on x (:func:`_constant_first`)
+    return None
 
 
 def _constant_first(op: str, call: relax.Call) -> list[_Step] | None:

@@ -15,10 +15,11 @@ onnxruntime is an optional dependency (``pip install "tvm-npu[quantize]"``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -290,11 +291,7 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     proto = bind_input_shapes(load_onnx(model), input_shapes)
     samples = calibration_samples(proto, calibration, random=random, seed=seed)
     proto = _prepare(proto)
-    names = {n.name for n in proto.graph.node}
-    unknown = [n for n in exclude if n not in names]
-    if unknown:
-        raise ValueError(f"--exclude {unknown[0]!r}: the model has no node of that name; its nodes are "
-                         f"{', '.join(n.name for n in proto.graph.node[:12])}{', ...' * (len(names) > 12)}")
+    _check_excluded(proto, exclude)
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -320,14 +317,10 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
             quant_pre_process(source, prepared, skip_symbolic_shape=True)
         except Exception as e:
             raise quantization_error(e, "model preparation (quant_pre_process)", proto, **options) from e
-        # written beside the output and moved over it only once complete: a failure leaves no
-        # partial file, and an existing output stays as it was
-        fd, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
-        os.close(fd)
-        try:
+        with _replacing(output) as partial:
             try:
                 quantize_static(
-                    str(prepared), partial, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    str(prepared), str(partial), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                     activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
                     # the defaults, stated: the NPU's int8 weights carry no zero point
@@ -335,7 +328,26 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
                 )
             except Exception as e:
                 raise quantization_error(e, "quantize_static", _load_or(prepared, proto), **options) from e
-            os.replace(partial, output)
-        finally:
-            Path(partial).unlink(missing_ok=True)
     return output
+
+
+def _check_excluded(proto: onnx.ModelProto, exclude: Sequence[str]) -> None:
+    """A one-line error for a name in ``exclude`` that is no node of ``proto``."""
+    names = {n.name for n in proto.graph.node}
+    unknown = [n for n in exclude if n not in names]
+    if unknown:
+        raise ValueError(f"--exclude {unknown[0]!r}: the model has no node of that name; its nodes are "
+                         f"{', '.join(n.name for n in proto.graph.node[:12])}{', ...' * (len(names) > 12)}")
+
+
+@contextlib.contextmanager
+def _replacing(output: Path) -> Iterator[Path]:
+    """A temporary file beside ``output`` to write, moved over ``output`` only when the block completes: a
+    failure leaves no partial file, and an existing output stays as it was."""
+    fd, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
+    os.close(fd)
+    try:
+        yield Path(partial)
+        os.replace(partial, output)
+    finally:
+        Path(partial).unlink(missing_ok=True)
