@@ -13,52 +13,12 @@ import onnx
 import onnxruntime
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx_net import OnnxNet  # tests/ is on sys.path
 from tvm import relax
 
 import tvm_npu
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-class _Net:
-    """A small ONNX graph under construction (random weights, fixed seed)."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.n = 0
-
-    def _name(self, kind: str) -> str:
-        self.n += 1
-        return f"{kind}{self.n}"
-
-    def const(self, values: np.ndarray, dtype: type = np.float32) -> str:
-        name = self._name("w")
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
-        return name
-
-    def node(self, op: str, inputs: list[str], **attrs: object) -> str:
-        out = self._name(op.lower())
-        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
-        return out
-
-    def conv(self, x: str, cin: int, cout: int, k: int = 1) -> str:
-        w = self.const(self.rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k))
-        b = self.const(self.rng.standard_normal(cout) * 0.1)
-        return self.node("Conv", [x, w, b], pads=[k // 2] * 4)
-
-    def model(self, y: str, in_shape: list[int], out_shape: list[int]) -> onnx.ModelProto:
-        self.nodes[-1].output[0] = "y"
-        for node in self.nodes:
-            node.input[:] = ["y" if i == y else i for i in node.input]
-        graph = helper.make_graph(self.nodes, "any_axis", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                                           in_shape)],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        onnx.checker.check_model(model)
-        return model
 
 
 def _check(model: onnx.ModelProto, host_ops: dict[str, int] | None = None, partitions: int = 1) -> tvm_npu.BuildInfo:
@@ -88,10 +48,10 @@ def _softmaxes(info: tvm_npu.BuildInfo) -> int:
 def test_softmax_over_an_axis_of_a_conv_output(axis: int) -> None:
     """Conv (NCHW) -> Softmax(axis) -> Conv: the softmax over the channels (1), the rows (-2) or the
     columns (-1) is one NPU operator of the one partition."""
-    net = _Net()
-    y = net.conv("x", 4, 8, 3)
+    net = OnnxNet()
+    y = net.conv("x", 4, 8, 3, relu=False)
     s = net.node("Softmax", [y], axis=axis)
-    out = net.conv(s, 8, 8, 1)
+    out = net.conv(s, 8, 8, 1, relu=False)
     info = _check(net.model(out, [1, 4, 6, 10], [1, 8, 6, 10]))
     assert _softmaxes(info) == 1
 
@@ -102,8 +62,8 @@ def test_yolov8_dfl_softmax_over_axis_1(tail: str) -> None:
     Conv with the weights 0..15 (the expectation over the 16 bins), or a MatMul doing the same over a
     transposed view; all on the NPU."""
     n = 48
-    net = _Net()
-    box = net.conv("x", 8, 64, 1)  # (1, 64, 6, 8): 4 sides x 16 bins per anchor
+    net = OnnxNet()
+    box = net.conv("x", 8, 64, 1, relu=False)  # (1, 64, 6, 8): 4 sides x 16 bins per anchor
     shaped = net.node("Reshape", [box, net.const(np.array([1, 16, 4, n]), np.int64)])
     prob = net.node("Softmax", [shaped], axis=1)
     bins = np.arange(16, dtype=np.float32)
@@ -122,7 +82,7 @@ def test_yolov8_dfl_softmax_over_axis_1(tail: str) -> None:
 def test_softmax_over_axis_minus_2_of_a_graph_input() -> None:
     """A softmax over axis -2 of a model input: the partition reads the input through a transposing view
     and writes its result back through the inverse view."""
-    net = _Net()
+    net = OnnxNet()
     s = net.node("Softmax", ["x"], axis=-2)
     out = net.node("Relu", [s])
     info = _check(net.model(out, [2, 5, 12], [2, 5, 12]))
@@ -132,8 +92,8 @@ def test_softmax_over_axis_minus_2_of_a_graph_input() -> None:
 def test_log_softmax_stays_on_the_host() -> None:
     """LogSoftmax needs a logarithm, which the vector engine has not (``simulator/isa.py``): it stays on
     the host, the conv before it on the NPU."""
-    net = _Net()
-    y = net.conv("x", 4, 8, 1)
+    net = OnnxNet()
+    y = net.conv("x", 4, 8, 1, relu=False)
     out = net.node("LogSoftmax", [y], axis=1)
     info = _check(net.model(out, [1, 4, 4, 4], [1, 8, 4, 4]), host_ops={"relax.nn.log_softmax": 1})
     assert _softmaxes(info) == 0
@@ -144,8 +104,8 @@ def test_log_softmax_stays_on_the_host() -> None:
 
 def test_one_minus_sigmoid() -> None:
     """``1 - sigmoid(conv(x))``: the conv's epilogue (sigmoid, then -1 * y + 1), exactly."""
-    net = _Net()
-    y = net.conv("x", 4, 8, 3)
+    net = OnnxNet()
+    y = net.conv("x", 4, 8, 3, relu=False)
     sig = net.node("Sigmoid", [y])
     out = net.node("Sub", [net.const(np.float32(1.0)), sig])
     info = _check(net.model(out, [1, 4, 8, 8], [1, 8, 8, 8]))
@@ -154,8 +114,8 @@ def test_one_minus_sigmoid() -> None:
 
 def test_two_over_x_squared_plus_one() -> None:
     """``2 / (x * x + 1)`` of a conv output: a square, + 1, a reciprocal and * 2 on the NPU."""
-    net = _Net()
-    y = net.conv("x", 4, 8, 3)
+    net = OnnxNet()
+    y = net.conv("x", 4, 8, 3, relu=False)
     sq = net.node("Mul", [y, y])
     den = net.node("Add", [sq, net.const(np.float32(1.0))])
     out = net.node("Div", [net.const(np.float32(2.0)), den])
@@ -165,16 +125,16 @@ def test_two_over_x_squared_plus_one() -> None:
 @pytest.mark.parametrize("op", ["Sub", "Div", "Add", "Mul", "Max"])
 def test_per_channel_constant_first(op: str) -> None:
     """``c op x`` with one constant per channel (``(1, C, 1, 1)``), of a conv output and of a model input."""
-    net = _Net()
+    net = OnnxNet()
     c = net.rng.uniform(0.5, 2.0, (1, 8, 1, 1)).astype(np.float32)
-    y = net.node("Sigmoid", [net.conv("x", 4, 8, 3)]) if op == "Div" else net.conv("x", 4, 8, 3)
+    y = net.node("Sigmoid", [net.conv("x", 4, 8, 3, relu=False)]) if op == "Div" else net.conv("x", 4, 8, 3, relu=False)
     out = net.node(op, [net.const(c), y])
     _check(net.model(out, [1, 4, 8, 8], [1, 8, 8, 8]))
 
 
 def test_constant_minus_model_input() -> None:
     """``c - x`` and ``c / x`` of a model input alone: one elementwise NPU operator each."""
-    net = _Net()
+    net = OnnxNet()
     c = net.rng.uniform(0.5, 2.0, (1, 6, 1, 1)).astype(np.float32)
     d = net.node("Sub", [net.const(c), "x"])
     e = net.node("Sigmoid", [d])

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx_net import OnnxNet  # tests/ is on sys.path
 from tvm import relax
 
 import tvm_npu
@@ -17,47 +17,15 @@ from tvm_npu.core.plan import PartitionPlan
 H = W = 8
 
 
-class _Net:
-    """A small ONNX graph under construction (random weights, fixed seed)."""
+class _Net(OnnxNet):
+    """:class:`OnnxNet` whose input is ``(1, channels, H, W)`` unless given."""
 
     def __init__(self, channels: int, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
+        super().__init__(seed)
         self.channels = channels
-        self.n = 0
-
-    def _name(self, kind: str) -> str:
-        self.n += 1
-        return f"{kind}{self.n}"
-
-    def const(self, values: np.ndarray, dtype: type = np.float32) -> str:
-        name = self._name("w")
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=dtype), name))
-        return name
-
-    def node(self, op: str, inputs: list[str], **attrs: object) -> str:
-        out = self._name(op.lower())
-        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
-        return out
-
-    def conv(self, x: str, cin: int, cout: int, k: int = 1, relu: bool = True) -> str:
-        w = self.const(self.rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k))
-        b = self.const(self.rng.standard_normal(cout) * 0.1)
-        y = self.node("Conv", [x, w, b], pads=[k // 2] * 4)
-        return self.node("Relu", [y]) if relu else y
 
     def model(self, y: str, out_shape: list[int], in_shape: list[int] | None = None) -> onnx.ModelProto:
-        self.nodes[-1].output[0] = "y"
-        for node in self.nodes:  # the renamed result
-            node.input[:] = ["y" if i == y else i for i in node.input]
-        graph = helper.make_graph(
-            self.nodes, "data_movement",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape or [1, self.channels, H, W])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        onnx.checker.check_model(model)
-        return model
+        return super().model(y, in_shape or [1, self.channels, H, W], out_shape, name="data_movement")
 
 
 def concat_model(graph_input_member: bool = False) -> onnx.ModelProto:
