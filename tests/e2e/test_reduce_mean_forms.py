@@ -57,11 +57,7 @@ def head_model(style: str, opset: int, *, keepdims: int = 0) -> onnx.ModelProto:
     if style == "tf2onnx":
         nodes.append(helper.make_node("Transpose", ["act"], ["act_nhwc"], perm=[0, 2, 3, 1]))
         act, axes = "act_nhwc", [1, 2]
-    if opset >= 18:
-        inits.append(_const("axes", np.array(axes, np.int64)))
-        nodes.append(helper.make_node("ReduceMean", [act, "axes"], ["mean"], keepdims=keepdims))
-    else:
-        nodes.append(helper.make_node("ReduceMean", [act], ["mean"], axes=axes, keepdims=keepdims))
+    nodes.append(_reduce_mean(act, "mean", axes, keepdims, opset, inits))
     feats = "mean"
     if keepdims:
         nodes.append(helper.make_node("Flatten", ["mean"], ["flat"], axis=1))
@@ -77,13 +73,7 @@ def head_model(style: str, opset: int, *, keepdims: int = 0) -> onnx.ModelProto:
                   helper.make_node("Add", ["mm", "fc_b"], ["logits"])]
     nodes.append(helper.make_node("Softmax", ["logits"], ["y"], axis=-1))
     shape = [1, SIDE, SIDE, IN_C] if style == "tf2onnx" else [1, IN_C, SIDE, SIDE]
-    graph = helper.make_graph(nodes, f"{style}_mean_head",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CLASSES])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return _model(nodes, inits, f"{style}_mean_head", TensorProto.FLOAT, shape, opset)
 
 
 def inputs_of(model: onnx.ModelProto, dtype: type = np.float32) -> list[np.ndarray]:
@@ -115,11 +105,7 @@ def int8_mean_model(layout: str, opset: int, *, keepdims: int = 0) -> onnx.Model
              _const("s_y", np.float32(0.05)), _const("z_y", np.int8(4))]
     axes = [1, 2] if layout == "NHWC" else [2, 3]
     nodes = [helper.make_node("DequantizeLinear", ["x", "s_x", "z_x"], ["xf"])]
-    if opset >= 18:
-        inits.append(_const("axes", np.array(axes, np.int64)))
-        nodes.append(helper.make_node("ReduceMean", ["xf", "axes"], ["mf"], keepdims=keepdims))
-    else:
-        nodes.append(helper.make_node("ReduceMean", ["xf"], ["mf"], axes=axes, keepdims=keepdims))
+    nodes.append(_reduce_mean("xf", "mf", axes, keepdims, opset, inits))
     feats = "m"
     nodes.append(helper.make_node("QuantizeLinear", ["mf", "s_m", "z_m"], ["m"]))
     if keepdims:
@@ -131,9 +117,23 @@ def int8_mean_model(layout: str, opset: int, *, keepdims: int = 0) -> onnx.Model
               helper.make_node("MatMul", ["ff", "wf"], ["mm"]), helper.make_node("Add", ["mm", "bf"], ["yf"]),
               helper.make_node("QuantizeLinear", ["yf", "s_y", "z_y"], ["y"])]
     shape = [1, SIDE, SIDE, MID_C] if layout == "NHWC" else [1, MID_C, SIDE, SIDE]
-    graph = helper.make_graph(nodes, f"int8_mean_{layout}",
-                              [helper.make_tensor_value_info("x", TensorProto.INT8, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT8, [1, CLASSES])], inits)
+    return _model(nodes, inits, f"int8_mean_{layout}", TensorProto.INT8, shape, opset)
+
+
+def _reduce_mean(src: str, dst: str, axes: list[int], keepdims: int, opset: int,
+                 inits: list[onnx.TensorProto]) -> onnx.NodeProto:
+    """``ReduceMean`` as each opset writes it: ``axes`` an attribute before 18, an input from 18 on."""
+    if opset >= 18:
+        inits.append(_const(f"{dst}_axes", np.array(axes, np.int64)))
+        return helper.make_node("ReduceMean", [src, f"{dst}_axes"], [dst], keepdims=keepdims)
+    return helper.make_node("ReduceMean", [src], [dst], axes=axes, keepdims=keepdims)
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], name: str, elem: int, shape: list[int],
+           opset: int) -> onnx.ModelProto:
+    """The checked model from input ``x`` of ``shape`` to ``y`` of ``[1, CLASSES]``, both of type ``elem``."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, [1, CLASSES])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
