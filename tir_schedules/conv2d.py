@@ -489,6 +489,16 @@ class Conv2d(OpKind):
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
                 "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines}
 
+    def fallback_axes(self, spec: Conv2dSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list] | None:
+        """Depthwise tiles of fewer groups than :func:`group_quantum`: buffer versions then share an SRAM
+        granule, which serialises the pipeline, but a depthwise window too large for a quantum of groups
+        (the 8-bit global average pool of a large image is one, a window of the whole image) still runs."""
+        if spec.groups == 1 or spec.out.dim("C") // spec.groups > 1:
+            return None
+        axes = self.axes(spec, hw, opts)
+        fewer = [t for t in tile_extents(spec.groups, 1, opts) if t < axes["tg"][0]]
+        return {**axes, "tg": fewer} if fewer else None
+
     def admits(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
         if tile.engine == ConvEngine.VECTOR and (not depthwise(spec) or tile.order != Order.B_STATIONARY):
             return False  # the loop order means nothing when every loop is fused into one

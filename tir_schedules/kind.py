@@ -78,6 +78,12 @@ class OpKind(abc.ABC):
     def axes(self, spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
         """Per field of :attr:`tile_type`, the values the search tries (smallest first)."""
 
+    def fallback_axes(self, spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list] | None:
+        """Axes searched only when no tile of :meth:`axes` fits the SRAM: extents that are legal but that
+        :meth:`axes` leaves out because they are slow (None: there are none). A slow tile keeps the operator
+        on the NPU, which beats the host fallback that :class:`NoTileFits` means."""
+        return None
+
     def admits(self, spec: OpSpec, tile: TileParams) -> bool:
         """Constraints across axes that the product of :meth:`axes` does not express."""
         return True

@@ -71,10 +71,13 @@ def footprint(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> int:
     return kind_of(spec).footprint(spec, tile, hw)
 
 
-def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> list[TileParams]:
-    """Every tile the search considers (before the SRAM check)."""
+def candidates(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, fallback: bool = False) -> list[TileParams]:
+    """Every tile the search considers (before the SRAM check); with ``fallback``, those of the kind's
+    :meth:`~tvm_npu.tir_schedules.kind.OpKind.fallback_axes` instead."""
     kind = kind_of(spec)
-    axes = kind.axes(spec, hw, opts)
+    axes = kind.fallback_axes(spec, hw, opts) if fallback else kind.axes(spec, hw, opts)
+    if axes is None:
+        return []
     out = [kind.tile_type(**dict(zip(axes, values, strict=True))) for values in itertools.product(*axes.values())]
     return [t for t in out if kind.admits(spec, t)]
 
@@ -84,15 +87,20 @@ def legal(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions,
     """Candidates whose footprint fits ``budget`` (default ``-max-sram-bytes``), with their footprints.
 
     Where the kind prefers whole output rows (the longest DRAM runs, no column halo),
-    narrower tiles are only considered when no whole-row tile fits.
+    narrower tiles are only considered when no whole-row tile fits; the kind's fallback tiles only
+    when none of its ordinary ones fits.
     """
     kind = kind_of(spec)
     budget = hw.max_sram_bytes if budget is None else budget
-    tiles = candidates(spec, hw, opts)
-    # footprints of the whole-row tiles first: the others are needed only when none of those fits
-    # (a footprint costs as much as a quick estimate, and most candidates are not whole-row ones)
-    whole = [(t, fp) for t in tiles if kind.whole_rows(spec, t) and (fp := kind.footprint(spec, t, hw)) <= budget]
-    return whole or [(t, fp) for t in tiles if (fp := kind.footprint(spec, t, hw)) <= budget]
+    for fallback in (False, True):
+        tiles = candidates(spec, hw, opts, fallback)
+        # footprints of the whole-row tiles first: the others are needed only when none of those fits
+        # (a footprint costs as much as a quick estimate, and most candidates are not whole-row ones)
+        whole = [(t, fp) for t in tiles if kind.whole_rows(spec, t) and (fp := kind.footprint(spec, t, hw)) <= budget]
+        found = whole or [(t, fp) for t in tiles if (fp := kind.footprint(spec, t, hw)) <= budget]
+        if found:
+            return found
+    return []
 
 
 def choose(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions, budget: int | None = None) -> TileParams:
@@ -199,9 +207,11 @@ def fits(spec: OpSpec, hw: HardwareConfig, opts: CompilerOptions) -> bool:
     parameter (every loop order) needs checking.
     """
     kind = kind_of(spec)
-    axes = kind.axes(spec, hw, opts)
-    if not all(axes.values()):  # an axis with no extent within -tile-min/-tile-max
-        return False
-    smallest = {k: v[0] for k, v in axes.items()}
-    orders = [{"order": o} for o in Order] if "order" in axes else [{}]
-    return any(kind.footprint(spec, kind.tile_type(**{**smallest, **o}), hw) <= hw.max_sram_bytes for o in orders)
+    for axes in (kind.axes(spec, hw, opts), kind.fallback_axes(spec, hw, opts)):
+        if axes is None or not all(axes.values()):  # an axis with no extent within -tile-min/-tile-max
+            continue
+        smallest = {k: v[0] for k, v in axes.items()}
+        orders = [{"order": o} for o in Order] if "order" in axes else [{}]
+        if any(kind.footprint(spec, kind.tile_type(**{**smallest, **o}), hw) <= hw.max_sram_bytes for o in orders):
+            return True
+    return False
