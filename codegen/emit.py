@@ -25,7 +25,8 @@ from tvm_npu.simulator import ProgramBuilder, isa
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
-from tvm_npu.tir_schedules.rowwise import BETA, BETA_ROLE, DATA, GAMMA, GAMMA_ROLE, row_steps
+from tvm_npu.tir_schedules.pool import scratch_shape, separable
+from tvm_npu.tir_schedules.rowwise import DATA, row_steps
 
 from tvm_npu.config import DType
 from tvm_npu.core.epilogue import RULES
@@ -145,6 +146,7 @@ class OperatorEmitter:
         self.addr: dict[str, int] = {}
         self.tiles: dict[tuple[str, tuple[int, ...]], _Tile] = {}
         self.zeroed: set[tuple[str, tuple[int, ...]]] = set()
+        self._scratch: int | None = None  # a separable pool's row maxima (tir_schedules.pool.separable)
         self._allocate(walk.sram_buffers, aliases)
 
     # ------------------------------------------------------------------ SRAM
@@ -418,13 +420,32 @@ class OperatorEmitter:
         c_lo, c_hi = d.range("C", ranges)
         d_off = d.offset + h_lo * d.stride("H") + w_lo * d.stride("W") + c_lo * d.stride("C")
         o_off = o.offset + c_lo * o.stride("C")
-        op = isa.Opcode.VMAXPOOL if spec.kind == PoolKind.MAX else isa.Opcode.VAVGPOOL
-        self._emit(isa.Pool(
-            self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), in_h, in_w,
-            self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")), c_hi - c_lo, out_h, out_w,
-            spec.kernel[0], spec.kernel[1], spec.strides[0], spec.strides[1], pt, pl, pb, pr,
-            DType.from_str(d.acc.dtype), op, spec.count_include_pad))
+        src = (self._sram_addr(d.acc, d_off), (d.stride("C"), d.stride("H"), d.stride("W")), in_h, in_w)
+        dst = (self._sram_addr(o.acc, o_off), (o.stride("C"), o.stride("H"), o.stride("W")))
+        (kh, kw), (sh, sw) = spec.kernel, spec.strides
+        if separable(spec, self.tile, self.hw):  # rows' maxima into the scratch, then the columns of those
+            c, rows, cols = scratch_shape(spec, self.tile)
+            if self._scratch is None:
+                self._scratch = self.asm.alloc(c * rows * cols * np.dtype(d.acc.dtype).itemsize, "pool_rows")
+            strides = (rows * cols, cols, 1)
+            self._pool_pass(src, (self._scratch, strides), c_hi - c_lo, (in_h, out_w), (1, kw), (1, sw),
+                            (0, pl, 0, pr), d.acc.dtype)
+            src = (self._scratch, strides, in_h, out_w)
+            kw, sw, pl, pr = 1, 1, 0, 0
+        self._pool_pass(src, dst, c_hi - c_lo, (out_h, out_w), (kh, kw), (sh, sw), (pt, pl, pb, pr), d.acc.dtype)
         self._record(o, {"C": (c_lo, c_hi), "H": (0, out_h), "W": (0, out_w)})
+
+    def _pool_pass(self, src: tuple, dst: tuple, channels: int, out_hw: tuple[int, int], kernel: tuple[int, int],
+                   strides: tuple[int, int], pads: tuple[int, int, int, int], dtype: str) -> None:
+        """One pool instruction: ``src`` (address, strides, in_h, in_w) -> ``dst`` (address, strides)."""
+        spec = self.spec
+        assert isinstance(spec, PoolSpec)
+        op = isa.Opcode.VMAXPOOL if spec.kind == PoolKind.MAX else isa.Opcode.VAVGPOOL
+        fields = (*src, *dst, channels, *out_hw, *kernel, *strides, *pads, DType.from_str(dtype))
+        if spec.pad_value is None:
+            self._emit(isa.Pool(*fields, op, spec.count_include_pad))
+        else:  # a folded constant pad: the padding reads its value
+            self._emit(isa.PaddedMaxPool(*fields, isa.Opcode.VMAXPOOL_PAD, False, spec.pad_value))
 
     def _record_loops(self, acc: Access, base: tuple[int, ...], ranges: Sequence[Sequence[int]]) -> None:
         """Record a computed tile whose dims follow the site's loops (elementwise sites)."""
@@ -489,7 +510,7 @@ class OperatorEmitter:
         assert isinstance(spec, RowwiseSpec)
         step = row_steps(spec)[ev.site.epi]
         (oi, o), = [(i, a) for i, a in enumerate(ev.site.accesses) if a.is_write]
-        names = {Role.DATA: DATA, GAMMA_ROLE: GAMMA, BETA_ROLE: BETA}
+        names = {Role.DATA: DATA}  # parameters' roles are their names in the step table
 
         def source(name: str) -> tuple[int, Access]:
             for i, a in enumerate(ev.site.accesses):
@@ -527,6 +548,10 @@ class OperatorEmitter:
                 src = addr[1] + inner_offs[1] * dtype.itemsize
                 if step.op == isa.Opcode.VSCALE:
                     instr = isa.VecScale(shape, dst, dst_st, src, src_st, dtype, step.scale, step.shift)
+                elif step.op == isa.Opcode.VPOW:
+                    instr = isa.VecPow(shape, dst, dst_st, src, src_st, dtype, step.scale)
+                elif step.op == isa.Opcode.VCLIP:
+                    instr = isa.VecClip(shape, dst, dst_st, src, src_st, dtype, step.scale, step.shift)
                 elif step.other is None:
                     instr = isa.VecUnary(shape, dst, dst_st, src, src_st, dtype, step.op)
                 else:
@@ -560,9 +585,14 @@ def _epi_instr(step: Epilogue, shape: tuple[int, int, int], dst: _VecOperand, sr
         # QADD_R: the operand is the instruction's first (offset) term
         a, b = (x, src) if kind == EpiKind.QADD_R else (src, x)
         return isa.VecQAdd(shape, *dst, *a, *b, *step.floats, lo, hi, DType.from_str(src_dtype), dtype)
+    if kind == EpiKind.QMUL:  # ints (zero_a, zero_b, zero_y, lo, hi), floats (ratio,)
+        return isa.VecQMul(shape, *dst, *src, *x, *step.ints[:2], step.floats[0], *step.ints[2:],
+                           DType.from_str(src_dtype), dtype)
     if kind == EpiKind.REQUANT:
         zero_point, lo, hi = step.ints
         return isa.VecRequant(shape, *dst, *src, *x, zero_point, lo, hi, dtype)
+    if kind == EpiKind.LUT:  # the operand is the whole table (its access does not move with the tile)
+        return isa.VecLut(shape, *dst, *src, x[0], DType.from_str(src_dtype), dtype)
     if not kind.binary:
         return isa.VecUnary(shape, *dst, *src, dtype, opcode)
     xaddr, x_st = x

@@ -162,6 +162,13 @@ def _linear(expr: tvm.ir.PrimExpr, loop_vars: list[tirx.Var]) -> tuple[list[int]
     return coefs, res[-1]
 
 
+def _loads(expr: tvm.ir.PrimExpr) -> bool:
+    """Whether an index reads memory (a table lookup's index is the looked-up value)."""
+    found: list[bool] = []
+    tvm_ffi.structural_walk(expr, ((tvm.ir.TensorLoad, lambda _e: found.append(True)),))
+    return bool(found)
+
+
 def _site_parts(stmt: tirx.Stmt) -> tuple[list[tirx.For], list[tuple[tirx.Buffer, list, bool]]]:
     """The loops inside a site and every (buffer, indices, is_write) access in its body."""
     loops: list[tirx.For] = []
@@ -272,6 +279,10 @@ class _Translator:
             seen.add(key)
             coefs, bases = [], []
             for idx in indices:
+                if _loads(idx):  # a lookup (a table read at the value): the instruction reads the whole dim
+                    coefs.append((0,) * len(loop_vars))
+                    bases.append("0")
+                    continue
                 c, base = _linear(idx, loop_vars)
                 coefs.append(tuple(c))
                 bases.append(self.src(tvm.sym.Analyzer().simplify(base)))

@@ -27,11 +27,15 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .conv_transpose import conv_transpose_as_convs
 from .extract import static_shape
 from .lifted import Lifted, with_lifted_constants
 from .lrn import lrn_to_pool
+from .pads import pads_as_operators
 from .quantized import qdq_to_integer
+from .resize import resize_forms
 from .spatial_mean import spatial_mean_keepdims
+from .split import split_to_slices
 from .transformer import transformer_ops
 
 
@@ -474,6 +478,10 @@ def named(name: str, inner: tvm.transform.Pass) -> tvm.transform.Pass:
 CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.reduce-of-stack": "the importer's Sum / Max / Min of a stack -> chains of binary ops",
     "npu.canonicalize.activations": "exporter forms of ReLU6, swish, hard sigmoid / swish -> one form each",
+    "npu.canonicalize.pad": "the importer's constant Pad (a call_tir of topi's pad) -> nn.pad, folded into its reader",
+    "npu.canonicalize.split": "each output of a split -> the strided slice it is (a view on the NPU)",
+    "npu.canonicalize.resize": "resize2d -> a broadcast view (nearest integer upsampling) or two matrix products",
+    "npu.canonicalize.conv-transpose": "conv2d_transpose -> interleaved phase convolutions (stride-squared)",
     "npu.canonicalize.qdq": "QDQ regions -> integer operators",
     "npu.canonicalize.fold-constants": "constant folding",
     "npu.canonicalize.dropout": "dropout removed (inference)",
@@ -496,6 +504,10 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         # is an add for the QDQ rewrite
         named("npu.canonicalize.activations", canonical_activations),  # a Clip with min/max inputs is a clip for
         # the QDQ rewrite too
+        named("npu.canonicalize.pad", pads_as_operators),  # before QDQ: a float pad on an 8-bit path
+        named("npu.canonicalize.split", split_to_slices),  # before QDQ: an 8-bit slice is same-scale
+        named("npu.canonicalize.resize", resize_forms),  # before QDQ: it takes the 8-bit nearest form itself
+        named("npu.canonicalize.conv-transpose", conv_transpose_as_convs),  # before QDQ: makes 8-bit phase convs
         named("npu.canonicalize.qdq", qdq_to_integer),
         named("npu.canonicalize.fold-constants", fold_constants),
         named("npu.canonicalize.dropout", remove_dropout),

@@ -45,6 +45,9 @@ from tvm_npu.core.ops import (
     View,
 )
 
+from .qlut import table_of
+from .symbolic import probe_dim
+
 GenericConst = tvm.ir.expr.GenericConst
 
 _SPATIAL_LAYOUTS = ("NCHW", "NHWC")
@@ -92,6 +95,11 @@ class _Region:
         if isinstance(expr, relax.Var | GenericConst):
             return None
         raise ValueError(f"unsupported expression in a matched region: {type(expr).__name__}")
+
+    def resolve(self, expr: relax.Expr) -> relax.Expr:
+        """The call bound to ``expr`` in the region, or ``expr`` itself."""
+        call = self.call(expr)
+        return expr if call is None else call
 
     def add_const(self, array: np.ndarray, layout: str = "") -> TensorRef:
         name = f"{self._prefix}_{len(self.constants)}"
@@ -143,9 +151,10 @@ def tensor_type(expr: relax.Expr) -> tuple[tuple[int, ...], DType]:
         raise ValueError(f"{expr} has an unknown shape; the NPU needs static shapes")
     dims = []
     for d in ty.shape.values:
-        if not isinstance(d, tvm.tirx.IntImm):
+        probed = None if isinstance(d, tvm.tirx.IntImm) else probe_dim(d)  # symbolic: its probe size, if probing
+        if probed is None and not isinstance(d, tvm.tirx.IntImm):
             raise ValueError(f"{expr} has a symbolic shape {ty.shape}; the NPU needs static shapes")
-        dims.append(int(d))
+        dims.append(int(d) if probed is None else probed)
     return tuple(dims), _dtype(ty.dtype)
 
 
@@ -203,7 +212,8 @@ def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
     padding, pad_value = _padding4(attrs.padding), 0
     pad = region.call(data)
     if pad is not None:
-        data, padding, pad_value = _fold_pad(pad, layout, padding)
+        data, padding, value = _fold_pad(pad, layout, padding)
+        pad_value = int(value)
     kernel_layout = str(attrs.kernel_layout)
     if sorted(kernel_layout) != sorted("OIHW"):
         raise ValueError(f"conv2d kernel layout {kernel_layout} is not a permutation of OIHW")
@@ -233,21 +243,23 @@ def _conv2d(call: relax.Call, region: _Region, out_name: str) -> Conv2dSpec:
     )
 
 
-def _fold_pad(pad: relax.Call, layout: str, padding: tuple[int, int, int, int]) -> tuple[relax.Expr, tuple, int]:
-    """(data, padding, pad value) of ``conv2d(nn.pad(data))``: a constant pad of H and W joins the
-    convolution's own padding (an 8-bit input pads with its zero point)."""
+def _fold_pad(pad: relax.Call, layout: str, padding: tuple[int, int, int, int], integer: bool = True,
+              what: str = "conv2d") -> tuple[relax.Expr, tuple, float]:
+    """(data, padding, pad value) of ``conv2d(nn.pad(data))`` or ``max_pool2d(nn.pad(data))``: a constant pad
+    of H and W joins the operator's own padding (an 8-bit input pads with its zero point); ``integer``: the
+    value must be an integer (a convolution's padding value, a pool's of an integer type)."""
     if pad.op.name != "relax.nn.pad" or str(pad.attrs.pad_mode) != "constant":
-        raise ValueError(f"conv2d input {pad.op.name} cannot be folded into the convolution")
+        raise ValueError(f"{what} input {pad.op.name} cannot be folded into the {what}")
     width = _ints(pad.attrs.pad_width)
     per_axis = dict(zip(layout, zip(width[0::2], width[1::2], strict=True), strict=True))
     if per_axis["N"] != (0, 0) or per_axis["C"] != (0, 0):
-        raise ValueError("a pad of the batch or channel axis does not fold into conv2d")
+        raise ValueError(f"a pad of the batch or channel axis does not fold into {what}")
     value = float(pad.attrs.pad_value)
-    if value != int(value):
-        raise ValueError(f"pad value {value} is not an integer")
+    if not math.isfinite(value) or (integer and value != int(value)):
+        raise ValueError(f"pad value {value} is not {'an integer' if integer else 'finite'}")
     top, left, bottom, right = padding
     (pt, pb), (pl, pr) = per_axis["H"], per_axis["W"]
-    return pad.args[0], (top + pt, left + pl, bottom + pb, right + pr), int(value)
+    return pad.args[0], (top + pt, left + pl, bottom + pb, right + pr), value
 
 
 def _matmul(call: relax.Call, region: _Region, out_name: str) -> MatmulSpec:
@@ -283,15 +295,22 @@ def _pool2d(call: relax.Call, region: _Region, out_name: str) -> PoolSpec:
     if _ints(attrs.dilation) != (1, 1):
         raise ValueError(f"pooling with dilation {_ints(attrs.dilation)} is not supported")
     shape, dtype = tensor_type(call)
+    data, padding, pad_value = call.args[0], _padding4(attrs.padding), None
+    pad = region.call(data)
+    if pad is not None:  # max_pool2d_pad: the pool's own padding (ignored by the max) cannot join the pad's
+        if kind != PoolKind.MAX or any(padding):
+            raise ValueError("a pad folds only into a max pool without padding of its own")
+        data, padding, pad_value = _fold_pad(pad, layout, padding, integer=not dtype.is_float, what="max pool")
     return PoolSpec(
         call.op.name.rsplit(".", 1)[-1],
         TensorRef(out_name, shape, dtype, out_layout),
-        data=region.ref(call.args[0], layout),
+        data=region.ref(data, layout),
         kind=kind,
         kernel=_ints(attrs.pool_size),
         strides=_ints(attrs.strides),
-        padding=_padding4(attrs.padding),
+        padding=padding,
         count_include_pad=kind == PoolKind.AVG and bool(attrs.count_include_pad),
+        pad_value=pad_value,
     )
 
 
@@ -407,7 +426,7 @@ def _elementwise_axis(steps: Sequence[_Step], out_shape: tuple[int, ...]) -> int
     """The channel axis of a standalone elementwise op: where its broadcast constant varies."""
     axes = set()
     for step in steps:
-        if isinstance(step.operand, GenericConst):
+        if isinstance(step.operand, GenericConst) and step.kind != EpiKind.LUT:  # a table runs along no axis
             shape = tuple(const_array(step.operand).shape)
             if shape != out_shape and not _materialised(shape, out_shape):
                 axes.add(_broadcast_axis(shape, out_shape))
@@ -433,6 +452,8 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
     """Turn a step's operand into a DRAM tensor: per-channel vector or a tensor of the output's shape."""
     if step.operand is None:
         return Epilogue(step.kind, lo=step.lo, hi=step.hi, dtype=step.dtype, floats=step.floats)
+    if step.kind == EpiKind.LUT:  # the whole table, read at the value
+        return Epilogue(step.kind, region.add_const(const_array(step.operand)), Broadcast.TABLE, dtype=step.dtype)
     if step.kind == EpiKind.REQUANT:
         arr = const_array(step.operand)
         if tuple(arr.shape) == out.shape:  # one multiplier per output element (an average's border counts)
@@ -466,15 +487,18 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
         # one value per channel computed on the NPU (a squeeze-and-excitation scale): read as a vector
         chan = out.shape[axis]
         vec = TensorRef(f"{ref.name}_chan", (chan,), ref.dtype, view=View(ref.name, 0, (((chan, 1),),)))
-        return Epilogue(EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind, vec, Broadcast.CHANNEL)
+        return Epilogue(EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind, vec, Broadcast.CHANNEL,
+                        ints=step.ints, dtype=step.dtype, floats=step.floats)
     if ref.shape != out.shape:
         raise ValueError(f"non-constant operand of shape {ref.shape} must have the output's shape {out.shape} "
                          f"or one value per channel")
     return Epilogue(step.kind, ref, ints=step.ints, dtype=step.dtype, floats=step.floats)
 
 
-#: Steps whose operand may be a per-channel tensor computed in the partition (not only a constant).
-_CHANNEL_TENSOR_KINDS = frozenset({EpiKind.MUL, EpiKind.ADD})
+#: Steps whose operand may be a per-channel tensor computed in the partition (not only a constant): a
+#: squeeze-and-excitation scale, an 8-bit ``[N, C, 1, 1]`` addend (QADD), the other side of an 8-bit
+#: maximum / minimum / difference (:mod:`.qbinary`).
+_CHANNEL_TENSOR_KINDS = frozenset({EpiKind.MUL, EpiKind.ADD, EpiKind.QADD, EpiKind.MAX, EpiKind.MIN, EpiKind.SUB})
 
 
 def _tensor_axis(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> int | None:
@@ -500,6 +524,12 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
         if op == "relax.quantize" and (requant := _requant_step(call, region)) is not None:
             step, call = requant
             steps.append(step)
+        elif (looked := table_of(call, region.resolve)) is not None:  # an 8-bit table (.qlut)
+            x, table = looked
+            steps.append(_Step(EpiKind.LUT, call.args[0], dtype=_dtype(table.dtype)))
+            if region.call(x) is None:
+                return None, x, steps[::-1]
+            call = region.call(x)
         elif (unary := _unary_steps(call, op, kind, region)) is not None:
             new, x = unary
             steps += new
@@ -636,10 +666,9 @@ def _unit_quantize(call: relax.Call) -> tuple[DType, int]:
     if not isinstance(scale, GenericConst) or const_array(scale).size != 1:
         raise ValueError("quantize with a per-axis or non-constant scale; accepted: one constant scale of 1")
     if float(const_array(scale).reshape(())) != 1.0:
-        raise ValueError(f"quantize by scale {np.float32(const_array(scale).reshape(()))!s}: the NPU multiplies, and "
-                         "y * (1 / scale) equals ONNX's y / scale for every y only when the scale is a power of two "
-                         "(the integer rewrite turns the quantize of a float32 y by such a scale into a multiply and "
-                         "a quantize by 1); accepted: scale 1")
+        raise ValueError(f"quantize by scale {np.float32(const_array(scale).reshape(()))!s}: the NPU multiplies by "
+                         "1 / scale, and the integer rewrite turns a quantize by a positive scale with a finite "
+                         "float32 reciprocal into that multiply and a quantize by 1; accepted: scale 1")
     dtype = _dtype(call.ty.dtype)
     if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
         raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
@@ -700,6 +729,9 @@ def _merge_clamps(steps: list[_Step]) -> list[_Step]:
     return out
 
 
+_COMMUTATIVE = ("relax.multiply", "relax.add", "relax.maximum", "relax.minimum")
+
+
 def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[relax.Expr, relax.Expr]:
     """(data, operand) of a standalone binary op; the constant, if any, is the operand."""
     if isinstance(lhs, GenericConst) and isinstance(rhs, GenericConst):
@@ -708,7 +740,7 @@ def _elementwise_operands(op: str, lhs: relax.Expr, rhs: relax.Expr) -> tuple[re
         if op == "relax.subtract":
             raise ValueError("constant - tensor is not supported (only tensor - constant)")
         return rhs, lhs
-    if op in ("relax.multiply", "relax.add") and isinstance(lhs, relax.Var) and isinstance(rhs, relax.Var) and \
+    if op in _COMMUTATIVE and isinstance(lhs, relax.Var) and isinstance(rhs, relax.Var) and \
             math.prod(tensor_type(lhs)[0]) < math.prod(tensor_type(rhs)[0]):
         return rhs, lhs  # scale * x: the broadcast operand (a per-channel tensor) is the operand
     return lhs, rhs
@@ -750,8 +782,8 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
         if acc != spec.data.dtype:
             raise ValueError("max pooling must keep its input type")
     elif isinstance(spec, ElementwiseSpec) and spec.data.dtype.is_quantized and spec.epilogue \
-            and spec.epilogue[0].kind in (EpiKind.QADD, EpiKind.CAST):
-        pass  # an 8-bit residual add, or a dequantization (check_dtype below checks its operand / types)
+            and spec.epilogue[0].kind in (EpiKind.QADD, EpiKind.CAST, EpiKind.LUT):
+        pass  # an 8-bit residual add, a dequantization or a table (check_dtype below checks operand / types)
     elif not spec.data.dtype.is_float or acc != spec.data.dtype:
         raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32, float16 "
                          "(and int8/uint8 for max pooling)")

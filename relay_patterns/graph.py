@@ -35,6 +35,7 @@ from tvm_npu.core.ops import OpSpec, PoolKind, PoolSpec, TensorRef, View
 from tvm_npu.core.plan import GraphOp, PartitionGraph
 
 from .extract import GenericConst, const_array, extract_op, tensor_type
+from .rowwise_region import ROW_PROGRAM, extract_row_program
 
 VIEW = "npu.view"  # the prefix of the view patterns (npu.view_reshape, ...)
 CONCAT = "npu.concat"
@@ -299,6 +300,8 @@ class _Graph:
             self.add_view(out, views.strided(src, self.types[src][0], *picked))
             if self.rel[out].base == src:
                 self.selected[out] = (src, picked)
+        elif call.op.name == "relax.broadcast_to":  # read-only: stride 0 along the repeated axes
+            self.add_view(out, views.broadcast(src, self.types[src][0], shape))
         else:  # reshape, flatten, squeeze, expand_dims: the row-major order is unchanged
             self.add_view(out, views.reshape(src, shape))
 
@@ -309,11 +312,15 @@ class _Graph:
         start = 0
         spans: list[tuple[int, str]] = []
         copies: list[str] | None = []
+        split = self.alias_split_members(members, out, axis)
         for i, (var, name) in enumerate(members):
             part = self.types[name][0]
             view = views.slice_of(out, shape, part, axis, start)
             spans.append((start, name))
             start += part[axis]
+            if i in split:
+                copies = None
+                continue
             aliasable = name in self.produced and name not in self.rel and var not in self.output_vars
             if (aliasable and self.try_alias(name, view)) or (
                     name in self.rel and var is not None and var not in self.output_vars
@@ -330,6 +337,32 @@ class _Graph:
                 copies.extend(g.spec.name for g in self.ops[first:])
         if copies is not None:
             self.copied[out] = (axis, spans, copies)
+
+    def alias_split_members(self, members: list[tuple[relax.Var | None, str]], out: str, axis: int) -> set[int]:
+        """Indices of concat members that are consecutive slices, along the concat's axis, covering a whole
+        tensor computed here (YOLOv8's C2f: ``concat(split(x)..., m(x_k))``): that tensor becomes a view of
+        the concat (its producer stores straight into it) and the slices read it there, no copy."""
+        shape = self.types[out][0]
+        found: set[int] = set()
+        i = 0
+        while i < len(members):
+            src = self.selected.get(members[i][1], (None,))[0]
+            src_shape = self.types[src][0] if src is not None else ()
+            j, edge = i, 0
+            while j < len(members) and self.selected.get(members[j][1], (None,))[0] == src and src is not None:
+                begin, step, extent, keep = self.selected[members[j][1]][1]
+                whole = all(b == 0 and e == n for d, (b, e, n) in enumerate(zip(begin, extent, src_shape,
+                                                                                strict=True)) if d != axis)
+                if not (whole and all(keep) and begin[axis] == edge and step[axis] == 1):
+                    break
+                edge, j = edge + extent[axis], j + 1
+            start = sum(self.types[name][0][axis] for _, name in members[:i])
+            if (j > i and edge == src_shape[axis] and src in self.produced and src not in self.rel
+                    and src not in self.output_names
+                    and self.try_alias(src, views.slice_of(out, shape, src_shape, axis, start))):
+                found.update(range(i, j))
+            i = max(j, i + 1)
+        return found
 
     def copy_pieces(self, name: str, dst: str) -> bool:
         """Copy ``name``, a slice of a concat whose members were all copied in, into ``dst`` straight
@@ -383,7 +416,7 @@ class _Graph:
             saved = dict(self.rel)
             del self.rel[name]
             self.rel[root] = inverse
-            if self._composable():
+            if self._composable() and self._writers_keep_runs(name):
                 buffer = self.buffers.pop(root, None)
                 self.buffers[name] = TensorRef(name, shape, dtype)
                 if buffer is None and root not in self.produced:
@@ -393,6 +426,17 @@ class _Graph:
         stored = f"{name}_out"
         self.copy(name, stored, store=True)
         return stored
+
+    def _writers_keep_runs(self, base: str) -> bool:
+        """Whether every operator that would store into ``base`` still has a run of consecutive elements there.
+        One that has none (the phases of an interleave, a transposed convolution's) would store element by
+        element, a DRAM burst each; a copy of the result reads and writes in runs instead."""
+        for g in self.ops:
+            view = self.resolve(g.spec.out.name) if g.spec.out.name in self.rel else None
+            if view is not None and view.base == base and math.prod(views.shape_of(view)) > 1 \
+                    and not any(e > 1 and st == 1 for dim in view.dims for e, st in dim):
+                return False
+        return True
 
     def specs_with_views(self) -> list[GraphOp]:
         memo: dict[str, View | None] = {}
@@ -486,7 +530,8 @@ def _tensor_name(composite: str, var: relax.Var, names: dict[relax.Var, str], g:
 def _add_operator(g: _Graph, callee: relax.Function, composite: str, arg_names: list[str], out: str) -> None:
     """Append the operator a (non-view, non-concat) composite computes into ``out``, with its constants
     and the views its extraction declared."""
-    extracted = extract_op(callee, arg_names, out, f"k{len(g.ops)}")
+    extract = extract_row_program if composite == ROW_PROGRAM else extract_op  # (a recognised normalisation)
+    extracted = extract(callee, arg_names, out, f"k{len(g.ops)}")
     g.constants.update(extracted.constants)
     for name, view in _declared_views(extracted.spec).items():
         g.types.setdefault(name, (views.shape_of(view), g.types[view.base][1]))

@@ -151,6 +151,27 @@ def _host_transform_cycles(mod: tvm.IRModule, target: NpuTarget) -> float:
     return total / target.hw.dram_bytes_per_cycle
 
 
+def _uses(func: relax.Function) -> dict[relax.Expr, int]:
+    """How many times each bound value's variable is read in ``func`` (by the bound expression)."""
+    reads: dict[relax.Var, int] = {}
+    bound: dict[relax.Var, relax.Expr] = {}
+
+    @relax.expr_functor.visitor
+    class _Count(relax.PyExprVisitor):
+        def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+            bound[binding.var] = binding.value
+            self.visit_expr(binding.value)
+
+        def visit_var_(self, var: relax.Var) -> None:
+            reads[var] = reads.get(var, 0) + 1
+
+        def visit_dataflow_var_(self, var: relax.DataflowVar) -> None:
+            reads[var] = reads.get(var, 0) + 1
+
+    _Count().visit_expr(func)
+    return {value: reads.get(var, 0) for var, value in bound.items()}
+
+
 def _fold_transforms(func: relax.Function) -> relax.Function:
     """Absorb NCHW<->NHWC ``permute_dims`` next to conv2d / pooling into their layout attributes
     (and turn a permutation that moves only unit dims into a reshape)."""
@@ -184,14 +205,15 @@ def _fold_transforms(func: relax.Function) -> relax.Function:
     func = rewrite_call(any_perm, unit_moves, func)
     conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
     conv_out = is_op("relax.permute_dims")(conv)
+    uses = _uses(func)
 
     def into_output(orig: relax.Call, m: dict) -> relax.Expr:
         c = m[conv]
         attrs, axes = c.attrs, [int(a) for a in orig.attrs.axes or []]
         src = str(attrs.out_layout or attrs.data_layout)
         dst = _TO.get(src)
-        if dst is None or _PERM.get((src, dst)) != axes or int(attrs.groups) != 1:
-            return orig
+        if dst is None or _PERM.get((src, dst)) != axes or int(attrs.groups) != 1 or uses.get(c, 1) > 1:
+            return orig  # (read in its own layout too: folding would compute it twice, once per layout)
         return relax.op.nn.conv2d(c.args[0], c.args[1], strides=attrs.strides, padding=attrs.padding,
                                   dilation=attrs.dilation, groups=int(attrs.groups),
                                   data_layout=str(attrs.data_layout), kernel_layout=str(attrs.kernel_layout),
@@ -201,13 +223,14 @@ def _fold_transforms(func: relax.Function) -> relax.Function:
     for name in _POOLS:
         pool = is_op(name)(wildcard())
         pool_out = is_op("relax.permute_dims")(pool)
+        uses = _uses(func)
 
-        def pool_output(orig: relax.Call, m: dict, pool: object = pool) -> relax.Expr:
+        def pool_output(orig: relax.Call, m: dict, pool: object = pool, uses: dict = uses) -> relax.Expr:
             p = m[pool]
             src = str(p.attrs.out_layout or p.attrs.layout)
             dst = _TO.get(src)
-            if dst is None or _PERM.get((src, dst)) != [int(a) for a in orig.attrs.axes or []]:
-                return orig
+            if dst is None or _PERM.get((src, dst)) != [int(a) for a in orig.attrs.axes or []] or uses.get(p, 1) > 1:
+                return orig  # (a stem max pool read in both layouts: folding would compute it twice)
             return _rebuild_pool(p, out_layout=dst)
 
         func = rewrite_call(pool_out, pool_output, func)
@@ -314,7 +337,9 @@ def _has_quantized_convs(mod: tvm.IRModule) -> bool:
 
 def _convert(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     # pooling and elementwise ops follow their producer (ConvertLayout takes no desired layout for them)
-    desired = {"relax.nn.conv2d": [layout, "OIHW"]}
+    desired = {"relax.nn.conv2d": [layout, "OIHW"],
+               # a transposed conv left on the host stays NCHW: TVM 0.27 cannot legalise it in NHWC
+               "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
     with tvm.transform.PassContext(opt_level=3):
         return relax.transform.ConvertLayout(desired)(mod)
 

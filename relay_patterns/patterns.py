@@ -30,6 +30,7 @@ from tvm_npu.config import DType, NpuTarget
 from tvm_npu.core.epilogue import RULES
 from tvm_npu.core.ops import ElementwiseSpec, OpSpec, PoolSpec
 
+from . import resize
 from .extract import GenericConst, extract_from_context, tensor_type
 from .graph import selection
 
@@ -62,6 +63,11 @@ LONE_QDQ: dict[str, DFPattern] = {
                                                is_const()),
     "quantize": is_op("relax.quantize")(wildcard(), is_const(), is_const()),
 }
+
+#: An 8-bit table lookup as :mod:`.qlut` writes it, ``take(table, astype(x, int32) - qmin)`` (one VLUT pass,
+#: or a step of the producer's epilogue once the plan fuses it).
+LOOKUP: DFPattern = is_op("relax.take")(is_const(),
+                                         is_op("relax.subtract")(is_op("relax.astype")(wildcard()), is_const()))
 
 CheckFn = Callable[[PatternCheckContext], bool]
 PatternEntry = tuple[str, DFPattern, dict[str, DFPattern], CheckFn]
@@ -263,6 +269,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
     for clip in (True, False)[target.options.fusion == 0:]:
         add(f"{PREFIX}.qadd{'_clip' if clip else ''}", _rescaled_add(clip))
+    # a constant pad before a max pool (Keras ZeroPadding2D): the pool's padding reads its value
+    add(f"{PREFIX}.max_pool2d_pad", is_op("relax.nn.max_pool2d")(is_op("relax.nn.pad")(wildcard())))
     for name, op in POOLS.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
     for name, op in ROWWISE.items():
@@ -271,6 +279,7 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(f"{PREFIX}.{name}", pattern)
     for name in COMPOSITE_ACTIVATIONS:  # before the binary ops, which would claim their parts
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
+    add(f"{PREFIX}.lut", LOOKUP)  # before the binary ops, which would claim the index's subtraction
     for name, op in BINARY.items():
         add(f"{PREFIX}.{name}", is_op(op)(wildcard(), wildcard()))
     # c / x: a reciprocal and a multiply by c (extract._constant_first); x / c is x * (1 / c) by canonicalisation
@@ -291,6 +300,7 @@ VIEW_OPS: dict[str, DFPattern] = {
     "relax.permute_dims": is_op("relax.permute_dims")(wildcard()),
     "relax.strided_slice": is_op("relax.strided_slice")(wildcard(), wildcard(), wildcard(), wildcard(), wildcard()),
     "relax.take": is_op("relax.take")(wildcard(), is_const()),
+    "relax.broadcast_to": is_op("relax.broadcast_to")(wildcard(), wildcard()),  # zero strides: a nearest resize
 }
 #: Element types a view or concat may have: those an unavoidable copy (a 1x1 max pool) can move.
 _MOVABLE = (DType.FP32, DType.FP16, DType.INT8, DType.UINT8)
@@ -338,7 +348,17 @@ def data_movement_entries() -> list[PatternEntry]:
                                    for op, p in VIEW_OPS.items()]
     # the tuple as a whole: the composite function then takes the concatenated tensors as its parameters
     entries.append((f"{PREFIX}.concat", is_op("relax.concat")(wildcard()), {}, _check_concat))
+    # a resize2d still here is one the canonicalisation does not take: refused, with the reason
+    entries.append((f"{PREFIX}.resize2d", is_op("relax.image.resize2d")(wildcard(), wildcard()), {}, _check_resize))
     return entries
+
+
+def _check_resize(ctx: PatternCheckContext) -> bool:
+    """Always refuses: the NPU forms of a resize are made by ``npu.canonicalize.resize`` (``resize.py``)."""
+    reason = resize.host_reason(ctx.matched_expr) or (
+        "an interpolating resize of a dequantized 8-bit tensor (float sums in the NPU's order could round to "
+        "another 8-bit step than llvm's), or npu.canonicalize.resize was disabled")
+    return _refuse(ctx, reason)
 
 
 # The registry lists later entries first; register lowest priority first so that

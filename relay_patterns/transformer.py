@@ -4,15 +4,18 @@ pattern table matches (``relax.nn.layer_norm``, ``relax.nn.gelu``, ``relax.nn.ge
 ONNX exporters before opset 17 have no ``LayerNormalization``, and no exporter has a GELU
 operator, so a model arrives with them decomposed:
 
-* layer norm: ``d = x - mean(x)``, ``(d / sqrt(mean(d^2) + eps)) [* gamma] [+ beta]``
-  (means over the last axis, ``d^2`` as ``pow(d, 2)`` or ``d * d``);
+* layer norm: recognised by its algebra, not its node sequence: every row program
+  (:mod:`.rowwise_region`) whose canonical form is that of ``(x - mean) / sqrt(var + eps) [* gamma]
+  [+ beta]`` over the last axis (torch's, tf2onnx's ``x * (r * g) + (b - mean * (r * g))``, ...);
 * GELU, erf form: ``x * (erf(x / sqrt(2)) + 1) * 0.5`` (or ``x * 0.5 * (...)``,
   ``x * (1/sqrt(2))``);
 * GELU, tanh form: ``x * (tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) + 1) * 0.5``
   (``x^3`` as ``pow(x, 3)`` or ``x * x * x``).
 
 Each is rewritten only when every constant has the value the formula needs; anything else
-is left as it is (and runs as the elementwise operators it is). Attention idioms are
+is left as it is (a row program of other algebra still becomes one row-wise NPU operator at
+partitioning). A ``group_norm`` and a ``layer_norm`` over several axes become row reductions over a
+view of the data (:func:`_norm_over_rows`), for the same row-program recogniser. Attention idioms are
 brought to the form the matmul folds: K^T of split heads (a transpose that moves the
 innermost axis) and a fused q/k/v projection
 split by ``take`` (one projection each, so every head split is a view); a constant added on a
@@ -30,6 +33,8 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 
 from .extract import static_shape
+from .rowwise_region import find_row_programs, layer_norm_of, recognise
+from .rowwise_views import rows_last
 
 _GELU_TANH_K = math.sqrt(2.0 / math.pi)
 
@@ -47,60 +52,63 @@ def _near(value: float | None, want: float, rtol: float = 1e-6) -> bool:
     return value is not None and abs(value - want) <= rtol * abs(want) + 1e-12
 
 
-def _last_axis_mean(call: relax.Call) -> bool:
-    """``mean(t, axis=[-1], keepdims=True)`` over the last axis only."""
-    shape = static_shape(call.args[0])
-    axes = call.attrs.axis
-    if shape is None or axes is None or not call.attrs.keepdims:
-        return False
-    return [int(a) % len(shape) for a in axes] == [len(shape) - 1]
-
-
-def _row_vector(expr: relax.Expr, cols: int) -> np.ndarray | None:
-    """A constant that broadcasts along the last axis only, as a ``(cols,)`` array."""
-    if not isinstance(expr, tvm.ir.expr.GenericConst):
-        return None
-    arr = np.asarray(expr.value.numpy())
-    if arr.size == cols and (arr.ndim == 0 or arr.shape[-1] == cols):
-        return arr.reshape(cols)
-    if arr.size == 1:
-        return np.full(cols, arr.reshape(()), arr.dtype)
-    return None
-
-
 def _layer_norm(func: relax.Function) -> relax.Function:
-    x = wildcard()
-    mean = is_op("relax.mean")(x)
-    d = is_op("relax.subtract")(x, mean)
-    sq = is_op("relax.power")(d, is_const()) | is_op("relax.multiply")(d, d)
-    var = is_op("relax.mean")(sq)
-    eps = is_const()
-    shifted = is_op("relax.add")(var, eps)
-    normed = (is_op("relax.divide")(d, is_op("relax.sqrt")(shifted))
-              | is_op("relax.multiply")(d, is_op("relax.rsqrt")(shifted)))
-    gamma, beta = is_const(), is_const()
-    scaled = is_op("relax.multiply")(normed, gamma)
-    root: DFPattern = is_op("relax.add")(scaled, beta) | scaled | normed
+    """Every row program (:mod:`.rowwise_region`) whose canonical form is a layer norm's over the last axis
+    -> ``nn.layer_norm``: torch's ``(x - mean) / sqrt(var + eps) * g + b``, tf2onnx's ``x * (r * g) + (b - mean
+    * (r * g))``, ``rsqrt`` or ``1 / sqrt``, ``pow(d, 2)`` or ``d * d`` alike (its bindings, now unused, go with
+    dead-code elimination)."""
+    norms = {}
+    for out, sub in find_row_programs(func):
+        prog = recognise(out, sub)
+        found = layer_norm_of(prog)
+        if found is not None:
+            eps, gamma, beta = found
+            norms[out] = relax.BlockBuilder().normalize(relax.op.nn.layer_norm(
+                prog.data, relax.const(gamma), relax.const(beta), axes=[-1], epsilon=eps))
+    if not norms:
+        return func
+    blocks = []
+    for block in func.body.blocks:
+        bindings = [relax.VarBinding(b.var, norms[b.var]) if b.var in norms else b for b in block.bindings]
+        blocks.append(type(block)(bindings))
+    body = relax.SeqExpr(blocks, func.body.body)
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
-    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
-        shape = static_shape(m[x])
-        if shape is None or static_shape(orig) != shape or str(m[x].ty.dtype) != "float32":
+
+def _norm_over_rows(func: relax.Function) -> relax.Function:
+    """``group_norm`` (ONNX GroupNormalization) and a ``layer_norm`` over several trailing axes -> their
+    elementwise operators and row reductions over a reshape of the data that makes the normalised elements
+    rows (a group's channels and positions, or the trailing axes), the affine after the reshape back:
+    the form :mod:`.rowwise_region` makes one row-wise operator. The last axis alone stays a
+    ``layer_norm`` (the pattern table's)."""
+    x, g, b = wildcard(), wildcard(), wildcard()
+    root = is_op("relax.nn.group_norm")(x, g, b) | is_op("relax.nn.layer_norm")(x, g, b)
+
+    def rewrite(orig: relax.Expr, m: dict) -> relax.Expr:
+        shape, call = static_shape(m[x]), m[root]
+        if shape is None or str(m[x].ty.dtype) != "float32":
             return orig
-        if not (_last_axis_mean(m[mean]) and _last_axis_mean(m[var])):
-            return orig
-        square = m[sq]
-        if square.op.name == "relax.power" and _scalar(square.args[1]) != 2.0:
-            return orig
-        e = _scalar(m[eps])
-        if e is None or e < 0:
-            return orig
-        cols = shape[-1]
-        g = _row_vector(m[gamma], cols) if gamma in m else np.ones(cols, np.float32)
-        b = _row_vector(m[beta], cols) if beta in m else np.zeros(cols, np.float32)
-        if g is None or b is None:
-            return orig
-        return relax.op.nn.layer_norm(m[x], relax.const(g.astype(np.float32)), relax.const(b.astype(np.float32)),
-                                      axes=[-1], epsilon=e)
+        attrs, rank = call.attrs, len(shape)
+        axes = sorted(int(a) % rank for a in attrs.axes)
+        if call.op.name == "relax.nn.layer_norm":
+            if len(axes) < 2 or axes != list(range(axes[0], rank)):
+                return orig
+            view, affine = (*shape[: axes[0]], math.prod(shape[axes[0] :])), shape[axes[0] :]
+        else:
+            groups = int(attrs.num_groups)
+            if int(attrs.channel_axis) % rank != 1 or axes != list(range(2, rank)) or shape[1] % groups:
+                return orig
+            view, affine = (shape[0], groups, math.prod(shape[1:]) // groups), (shape[1],) + (1,) * (rank - 2)
+        rows = relax.op.reshape(m[x], view)
+        d = relax.op.subtract(rows, relax.op.mean(rows, axis=[-1], keepdims=True))
+        var = relax.op.mean(relax.op.multiply(d, d), axis=[-1], keepdims=True)
+        eps = relax.const(np.float32(attrs.epsilon))
+        y = relax.op.reshape(relax.op.multiply(d, relax.op.rsqrt(relax.op.add(var, eps))), shape)
+        if attrs.scale:
+            y = relax.op.multiply(y, relax.op.reshape(m[g], affine))
+        if attrs.center:
+            y = relax.op.add(y, relax.op.reshape(m[b], affine))
+        return y
 
     return rewrite_call(root, rewrite, func)
 
@@ -280,8 +288,11 @@ def _softmax_last_axis(func: relax.Function) -> relax.Function:
 
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.TransformerOps")
 def transformer_ops(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
-    """Decomposed layer norms and GELUs -> ``layer_norm`` / ``gelu`` / ``gelu_tanh``; attention's K^T
+    """Decomposed layer norms and GELUs -> ``layer_norm`` / ``gelu`` / ``gelu_tanh``; group norms and layer norms
+    over several axes -> row reductions over a view (:func:`_norm_over_rows`); a row program over leading axes
+    -> the same over a transposing view (:func:`~.rowwise_views.rows_last`); attention's K^T
     in the form the matmul folds (module docstring). The scores' ``/ sqrt(d)`` becomes a multiply, an
     epilogue step, in :func:`~relay_patterns.canonicalize.reciprocal_divide` like any division by a constant."""
-    func = _reshaped_add(_split_fused_projection(_gelu_tanh(_gelu_erf(_layer_norm(func)))))
+    func = _norm_over_rows(_layer_norm(rows_last(func)))
+    func = _reshaped_add(_split_fused_projection(_gelu_tanh(_gelu_erf(func))))
     return _softmax_last_axis(_key_transpose(_explicit_axes(func)))

@@ -61,9 +61,12 @@ class Opcode(enum.IntEnum):
     VREQUANT = 0x3B
     VCAST = 0x3C
     VQADD = 0x3D
+    VLUT = 0x3E
+    VQMUL = 0x3F
     VMAXPOOL = 0x40
     VAVGPOOL = 0x41
     VDWCONV = 0x42
+    VMAXPOOL_PAD = 0x43
     VEXP = 0x60
     VRECIP = 0x61
     VRSQRT = 0x62
@@ -576,6 +579,40 @@ class VecQAdd(_VecBase):
 
 
 @dataclass(frozen=True, slots=True)
+class VecQMul(_VecBase):
+    """Product of two 8-bit tensors with their own scales, requantised:
+    ``clip(round_half_to_even(float32((src - zero_a) * (other - zero_b)) * ratio + zero_y), lo, hi)``.
+
+    float32 arithmetic in exactly the order of :func:`tvm_npu.simulator.quant.rescale_mul` (the zero points
+    removed exactly, the integer product exact in float32, the output zero point added before rounding);
+    ``ratio`` is a float32 value. ``src`` and ``other`` are ``src_dtype`` (int8 or uint8) with zero points in
+    its range, the result ``dst_dtype`` (int8 or uint8) with ``zero_y`` and ``lo <= hi`` in its range.
+    """
+
+    other_addr: int
+    other_strides: Strides3
+    zero_a: int
+    zero_b: int
+    ratio: float
+    zero_y: int
+    lo: int
+    hi: int
+    src_dtype: DType
+    dst_dtype: DType
+
+    opcode: ClassVar[Opcode] = Opcode.VQMUL
+
+    def types(self) -> tuple[DType, DType]:
+        return self.src_dtype, self.dst_dtype
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        dst, src = _VecBase.accesses(self)
+        other = _sram("other_addr", "other_strides", self.other_addr, self.shape, self.other_strides,
+                      self.src_dtype, read=True, distinct=False)
+        return dst, src, other
+
+
+@dataclass(frozen=True, slots=True)
 class VecCast(_VecBase):
     """Type conversion: float->float rounds to nearest even, to integers rounds half to even and saturates.
 
@@ -590,6 +627,39 @@ class VecCast(_VecBase):
 
     def types(self) -> tuple[DType, DType]:
         return self.src_dtype, self.dst_dtype
+
+
+@dataclass(frozen=True, slots=True)
+class VecLut(_VecBase):
+    """8-bit table lookup: ``dst = table[src - qmin]``, ``qmin`` the least value of ``src_dtype``
+    (-128 for int8, 0 for uint8), so the table's entry ``k`` is the result for the input ``qmin + k``.
+
+    The table is :data:`ENTRIES` contiguous ``dst_dtype`` values in SRAM at ``table_addr`` (loaded by an
+    ordinary DMA); ``src`` and the result are int8 or uint8. Any function of one 8-bit value (an int8
+    activation between a dequantization and a quantization) is one lookup, computed at compile time:
+    exact by construction. One lookup per lane per cycle, like every non-transcendental vector step.
+    """
+
+    table_addr: int
+    src_dtype: DType
+    dst_dtype: DType
+
+    opcode: ClassVar[Opcode] = Opcode.VLUT
+    #: Entries of a table: one per value of an 8-bit source.
+    ENTRIES: ClassVar[int] = 256
+    #: Cycles per lane group: one read of the table per lane per cycle (the datasheet's rate; a
+    #: 256-byte table is a small multi-ported SRAM bank next to the lanes, as on NPUs of this class).
+    CYCLES_PER_GROUP: ClassVar[int] = 1
+
+    def types(self) -> tuple[DType, DType]:
+        return self.src_dtype, self.dst_dtype
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        """(dst, src, the whole table: read by every element, hence not distinct per element)."""
+        dst, src = _VecBase.accesses(self)
+        table = _sram("table_addr", "table_addr", self.table_addr, (self.ENTRIES,), (1,), self.dst_dtype,
+                      read=True, distinct=False)
+        return dst, src, table
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,6 +747,20 @@ class Pool:
             _sram("out_addr", "out_strides", self.out_addr, (self.channels, self.out_h, self.out_w),
                   self.out_strides, self.dtype, write=True),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PaddedMaxPool(Pool):
+    """Max pooling whose padding reads ``pad_value`` instead of being ignored.
+
+    A constant ``Pad`` before a max pool (Keras ``ZeroPadding2D`` before the stem pool; an 8-bit tensor
+    padded with its zero point) folds into the pool only so: a zero does win the max of negative values.
+    Otherwise :class:`Pool` with ``op`` ``VMAXPOOL``; the same cost.
+    """
+
+    pad_value: float
+
+    OPS: ClassVar[frozenset[Opcode]] = frozenset({Opcode.VMAXPOOL_PAD})
 
 
 @dataclass(frozen=True, slots=True)
@@ -790,7 +874,8 @@ class End:
 
 Instruction = (
     DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecHardSigmoid | VecPow
-    | VecBiasAdd | VecRequant | VecQAdd | VecCast | VecReduce | Pool | DwConv | Signal | Wait | End
+    | VecBiasAdd | VecRequant | VecQAdd | VecQMul | VecCast | VecLut | VecReduce | Pool | PaddedMaxPool | DwConv | Signal
+    | Wait | End
 )
 
 #: Which record class each opcode decodes into.
@@ -808,9 +893,12 @@ RECORD_OF: dict[Opcode, type] = {
     Opcode.VBIAS_ADD: VecBiasAdd,
     Opcode.VREQUANT: VecRequant,
     Opcode.VQADD: VecQAdd,
+    Opcode.VQMUL: VecQMul,
     Opcode.VCAST: VecCast,
+    Opcode.VLUT: VecLut,
     **{op: VecReduce for op in VecReduce.OPS},
     **{op: Pool for op in Pool.OPS},
+    Opcode.VMAXPOOL_PAD: PaddedMaxPool,
     Opcode.VDWCONV: DwConv,
     Opcode.SIGNAL: Signal,
     Opcode.WAIT: Wait,

@@ -232,6 +232,16 @@ def _vec_qadd(ins: isa.VecQAdd, accs: Accesses) -> Executor:
     return _vec2(accs, run)
 
 
+def _vec_qmul(ins: isa.VecQMul, accs: Accesses) -> Executor:
+    args = ins.ratio, ins.zero_y, ins.lo, ins.hi, ins.dst_dtype
+
+    def run(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        za, zb = np.int32(ins.zero_a), np.int32(ins.zero_b)
+        out[...] = quant.rescale_mul(a.astype(np.int32) - za, b.astype(np.int32) - zb, *args, quant.NUMPY)
+
+    return _vec2(accs, run)
+
+
 def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
     dst = ins.dst_dtype
     if dst.is_float:
@@ -253,6 +263,16 @@ def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
     return _vec(accs, float_to_int)
 
 
+def _vec_lut(ins: isa.VecLut, accs: Accesses) -> Executor:
+    """Entry ``src - qmin`` of the table: every 8-bit value indexes one of its 256 entries."""
+    qmin = int(np.iinfo(ins.src_dtype.np).min)
+
+    def run(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
+        out[...] = table[x.astype(_I64) - qmin]
+
+    return _vec2(accs, run)
+
+
 def _vec_reduce(ins: isa.VecReduce, accs: Accesses) -> Executor:
     """Max is exact in the dtype; sums run in float64 and round once."""
     is_max = ins.op == isa.Opcode.VRMAX
@@ -264,14 +284,17 @@ def _vec_reduce(ins: isa.VecReduce, accs: Accesses) -> Executor:
 
 
 def _pool(ins: isa.Pool, accs: Accesses) -> Executor:
-    """Reduce sliding windows over a padded copy of the tile (padding never wins a max)."""
+    """Reduce sliding windows over a padded copy of the tile (padding never wins a max, except the
+    :class:`~tvm_npu.simulator.isa.PaddedMaxPool`'s value)."""
     x_op, o_op = (_operand(acc) for acc in accs)
     padded = (ins.channels, ins.pad_top + ins.in_h + ins.pad_bottom, ins.pad_left + ins.in_w + ins.pad_right)
     inner = (slice(None), slice(ins.pad_top, ins.pad_top + ins.in_h), slice(ins.pad_left, ins.pad_left + ins.in_w))
-    is_max = ins.op == isa.Opcode.VMAXPOOL
+    is_max = ins.op in (isa.Opcode.VMAXPOOL, isa.Opcode.VMAXPOOL_PAD)
     if is_max:
         work = ins.dtype.np
         fill = -np.inf if ins.dtype.is_float else np.iinfo(work).min
+        if isinstance(ins, isa.PaddedMaxPool):
+            fill = ins.pad_value
     else:
         work, fill = (_F64 if ins.dtype.is_float else _I64), 0
     def windows(a: np.ndarray) -> np.ndarray:
@@ -342,9 +365,12 @@ _BUILDERS: dict[type, Callable[..., Executor]] = {
     isa.VecBiasAdd: _vec_bias_add,
     isa.VecRequant: _vec_requant,
     isa.VecQAdd: _vec_qadd,
+    isa.VecQMul: _vec_qmul,
     isa.VecCast: _vec_cast,
+    isa.VecLut: _vec_lut,
     isa.VecReduce: _vec_reduce,
     isa.Pool: _pool,
+    isa.PaddedMaxPool: _pool,
     isa.DwConv: _dwconv,
 }
 

@@ -74,6 +74,33 @@ def add_params(s_a: float, z_a: int, s_b: float, z_b: int, s_y: float, z_y: int)
     return float(ra), float(rb), float(offset)
 
 
+def rescale_mul(a: T, b: T, ratio: float, zero_point: int, lo: int, hi: int, dtype: DType, ops: Arith[T]) -> T:
+    """The product of two 8-bit tensors with their own scales, requantised to a third:
+    ``clip(round_half_to_even(float32(a * b) * ratio + zero_point), lo, hi)`` where ``a`` and ``b`` are the
+    tensors with their zero points removed (integers of at most 255 in magnitude, so the product is exact in
+    float32) and ``ratio`` is :func:`mul_params`'. float32 in this order, the zero point added *before*
+    rounding: onnxruntime's QLinearMul on x86 (MLAS ``qlmul.cpp``, SSE2: 16-bit products widened to int32,
+    ``cvtps(product * ratio + zero_point)``, saturating packs)."""
+    total = ops.add_const(ops.mul(ops.mul(ops.to_f32(a), ops.to_f32(b)), ratio), float(zero_point))
+    return ops.cast(ops.clip(ops.round_even(total), float(lo), float(hi)), dtype)
+
+
+def mul_params(s_a: float, s_b: float, s_y: float) -> float:
+    """The ratio of :func:`rescale_mul`: ``float32(float32(s_a * s_b) / s_y)``, as the kernel computes it."""
+    f32 = np.float32
+    return float(f32(f32(f32(s_a) * f32(s_b)) / f32(s_y)))
+
+
+def requantize_affine(x: T, multiplier: T, offset: T, zero_point: int, lo: int, hi: int, dtype: DType,
+                      ops: Arith[T]) -> T:
+    """:func:`requantize` with an offset added before rounding:
+    ``clip(round_half_to_even(float32(x) * multiplier + offset) + zero_point, lo, hi)``, float32 in this order.
+    The integer form of an 8-bit tensor (zero point removed) plus, minus or times a float constant (one
+    ``multiplier`` / ``offset`` per element, broadcast)."""
+    scaled = ops.round_even(ops.add(ops.mul(ops.to_f32(x), multiplier), offset))
+    return ops.cast(ops.clip(ops.add_const(scaled, float(zero_point)), float(lo), float(hi)), dtype)
+
+
 def multiplier(s_x: float | np.ndarray, s_w: float | np.ndarray, s_y: float | np.ndarray) -> np.ndarray:
     """``float32(float32(s_x * s_w) / s_y)``, per output channel when ``s_w`` is a vector."""
     f32 = np.float32

@@ -9,7 +9,9 @@ BW = dram_bytes_per_cycle::
             per group M = out_h*out_w, K = (in_c/groups)*kernel_h*kernel_w, N = out_c/groups)
     Vec*    vector_issue_cycles + ceil(n/L) * c                                 (n = prod(shape);
             c = transcendental_cycles for VSIGMOID/VTANH/VGELU/VGELU_TANH/VEXP/VRECIP/VRSQRT/VSILU,
-            else 1; VPOW: 2 * transcendental_cycles, a log and an exp)
+            else 1; VPOW: 2 * transcendental_cycles, a log and an exp; VLUT: 1, one table
+            lookup per lane per cycle, the 256-entry table having come in by an ordinary DMA load,
+            priced like any: dma_latency + ceil(bursts * B / BW), 256 bytes = 4 bursts at B = 64)
     VRMAX/VRSUM  vector_issue_cycles + a*b * ceil(r/L)                          (rows of a
             (a, b, r) shape reduced over r; lanes never mix two rows)
     Pool    vector_issue_cycles + ceil(channels*out_h*out_w / L) * kernel_h*kernel_w
@@ -87,6 +89,8 @@ def compute_cycles(hw: HardwareConfig, instr: isa.Instruction) -> int:
         return vector_cycles(hw, instr.nelems, hw.transcendental_cycles)
     if isinstance(instr, isa.VecPow):
         return vector_cycles(hw, instr.nelems, isa.VecPow.EVALUATIONS * hw.transcendental_cycles)
+    if isinstance(instr, isa.VecLut):
+        return vector_cycles(hw, instr.nelems, isa.VecLut.CYCLES_PER_GROUP)
     if isinstance(instr, isa._VecBase):
         return vector_cycles(hw, instr.nelems)
     return 0

@@ -290,7 +290,28 @@ class _Checker:
             self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
         self.vec_base(ins)
 
+    def vec_qmul(self, ins: isa.VecQMul) -> None:
+        for name in ("src_dtype", "dst_dtype"):
+            if not getattr(ins, name).is_quantized:
+                self.fail(name, f"must be INT8 or UINT8, got {getattr(ins, name).name}")
+        if not math.isfinite(ins.ratio) or float(np.float32(ins.ratio)) != ins.ratio:
+            self.fail("ratio", f"must be a finite float32 value, got {ins.ratio}")
+        for name in ("zero_a", "zero_b"):
+            self.in_range(name, getattr(ins, name), ins.src_dtype)
+        for name in ("zero_y", "lo", "hi"):
+            self.in_range(name, getattr(ins, name), ins.dst_dtype)
+        if ins.lo > ins.hi:
+            self.fail("lo", f"lo={ins.lo} is greater than hi={ins.hi}")
+        self.vec_base(ins)
+
     def vec_cast(self, ins: isa.VecCast) -> None:
+        self.vec_base(ins)
+
+    def vec_lut(self, ins: isa.VecLut) -> None:
+        for name in ("src_dtype", "dst_dtype"):
+            if not getattr(ins, name).is_quantized:
+                self.fail(name, f"must be INT8 or UINT8 (a table has one entry per 8-bit value), got "
+                                f"{getattr(ins, name).name}")
         self.vec_base(ins)
 
     def vec_reduce(self, ins: isa.VecReduce) -> None:
@@ -301,7 +322,9 @@ class _Checker:
         self.operands(ins)
 
     def pool(self, ins: isa.Pool) -> None:
-        self.op_in(ins, isa.Pool.OPS)
+        self.op_in(ins, type(ins).OPS)
+        if isinstance(ins, isa.PaddedMaxPool):
+            self._pad_value(ins)
         self.positive(ins, "channels", "in_h", "in_w", "out_h", "out_w", "kernel_h", "kernel_w", "stride_h", "stride_w")
         self.nonnegative(ins, "pad_top", "pad_left", "pad_bottom", "pad_right")
         for kernel, pads in ((ins.kernel_h, ("pad_top", "pad_bottom")), (ins.kernel_w, ("pad_left", "pad_right"))):
@@ -311,6 +334,18 @@ class _Checker:
         self._window(ins, "h", ins.kernel_h)
         self._window(ins, "w", ins.kernel_w)
         self.operands(ins)
+
+    def _pad_value(self, ins: isa.PaddedMaxPool) -> None:
+        v = ins.pad_value
+        if not math.isfinite(v):
+            self.fail("pad_value", f"{v} is not finite; accepted: a finite value of the pool's dtype")
+        elif not ins.dtype.is_float:
+            info = np.iinfo(ins.dtype.np)
+            if v != int(v) or not info.min <= v <= info.max:
+                self.fail("pad_value",
+                          f"{v} is not a {ins.dtype.np.name}; accepted: an integer in {info.min}..{info.max}")
+        elif float(ins.dtype.np.type(v)) != v:
+            self.fail("pad_value", f"{v} is not exact in {ins.dtype.np.name}; accepted: a value of the pool's dtype")
 
     def sync(self, ins: isa.Signal | isa.Wait) -> None:
         if not 0 <= ins.sem < self.hw.num_semaphores:
@@ -337,9 +372,12 @@ _CHECKS: dict[type, Callable[[_Checker, object], None]] = {
     isa.VecBiasAdd: _Checker.vec_bias_add,
     isa.VecRequant: _Checker.vec_requant,
     isa.VecQAdd: _Checker.vec_qadd,
+    isa.VecQMul: _Checker.vec_qmul,
     isa.VecCast: _Checker.vec_cast,
+    isa.VecLut: _Checker.vec_lut,
     isa.VecReduce: _Checker.vec_reduce,
     isa.Pool: _Checker.pool,
+    isa.PaddedMaxPool: _Checker.pool,
     isa.DwConv: _Checker.dwconv,
     isa.Signal: _Checker.sync,
     isa.Wait: _Checker.sync,

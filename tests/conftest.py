@@ -19,3 +19,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "slow: builds whole models, tunes, fuzzes or starts servers (seconds to tens of seconds each); part of "
         "the default suite, left out of the quick tier: pytest -n auto -m 'not slow and not benchmark'",
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _jit_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The JIT's disk cache (``$TVM_NPU_CACHE``, ``tvm_npu/runtime/jit.py``) in a directory of this test session
+    (each xdist worker its own), never the user's ``~/.cache/tvm-npu``; a test that needs another sets its own."""
+    os.environ["TVM_NPU_CACHE"] = str(tmp_path_factory.mktemp("jit-cache"))

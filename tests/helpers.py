@@ -219,6 +219,7 @@ def reference(spec: OpSpec, env: Mapping[str, np.ndarray]) -> np.ndarray:
         (sh, sw), (pt, pl, pb, pr) = spec.strides, spec.padding
         oh, ow = spec.out.dim("H"), spec.out.dim("W")
         fill = -np.inf if spec.kind == PoolKind.MAX else 0.0
+        fill = fill if spec.pad_value is None else spec.pad_value
         xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
         ones = np.pad(np.ones_like(x), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
         view = np.lib.stride_tricks.sliding_window_view

@@ -19,7 +19,8 @@ DATA = Path(__file__).resolve().parent / "runtime" / "data"
 
 FACADE = ("build", "build_with_info", "build_reference", "partition_for_npu", "profile", "tune", "load_model",
           "parse_target", "BuildInfo", "CompilerOptions", "DType", "HardwareConfig", "NpuTarget", "Profile",
-          "PartitionRun", "last_runs", "HostFallbackWarning", "SymbolicShapeWarning", "UnsupportedOperatorError")
+          "PartitionRun", "last_runs", "HostFallbackWarning", "SymbolicShapeWarning", "UnsupportedOperatorError",
+          "run")
 
 
 @pytest.mark.parametrize("name", FACADE)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from tvm import s_tir, te, tirx
 
 from tvm_npu.config import ACCUMULATOR, DType
-from tvm_npu.core.epilogue import RULES
+from tvm_npu.core.epilogue import RULES, table_index
 from tvm_npu.core.ops import Broadcast, Epilogue, OpSpec, TensorRef
 from tvm_npu.core.tiles import TileParams
 
@@ -99,7 +99,7 @@ def epilogue_stages(
     for i, step in enumerate(spec.epilogue):
         operand = (given or {}).get(i)
         if step.operand is not None and operand is None:
-            if step.broadcast == Broadcast.CHANNEL:
+            if step.broadcast in (Broadcast.CHANNEL, Broadcast.TABLE):
                 operand = placeholder(step.operand, (step.operand.size,), operand_name(step.operand, i))
             else:
                 operand = placeholder(step.operand, operand_shape or acc.shape, operand_name(step.operand, i))
@@ -114,11 +114,33 @@ def _stage_body(prev: te.Tensor, operand: te.Tensor | None, step: Epilogue,
                 channel_of: Callable[[tuple], tirx.PrimExpr]) -> Callable:
     def body(*idx):
         y = None
-        if operand is not None:
+        if step.broadcast == Broadcast.TABLE:  # a lookup: the entry the value selects
+            y = operand[table_index(prev[idx])]
+        elif operand is not None:
             y = operand[channel_of(idx)] if step.broadcast == Broadcast.CHANNEL else operand[idx]
         return RULES[step.kind].te(prev[idx], y, step)
 
     return body
+
+
+def value_read(step: Epilogue | None) -> int:
+    """The read index of the value in a step's block: a table lookup reads its table first (the entry at
+    the index the value gives), every other step the value first."""
+    return 1 if step is not None and step.broadcast == Broadcast.TABLE else 0
+
+
+def stage_operand(sch: s_tir.Schedule, res: Scheduled, block: s_tir.SBlockRV, idx: int,
+                  loop: s_tir.LoopRV) -> None:
+    """Stage epilogue step ``idx``'s operand in SRAM: per tile under ``loop``, except a lookup table, which
+    any element may read: loaded whole, once, before the first tile (its region is not a tile's)."""
+    step = res.spec.epilogue[idx]
+    op_s = sch.cache_read(block, 1 - value_read(step), SRAM_SCOPE)
+    res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
+    if step.broadcast == Broadcast.TABLE:
+        mark(sch, sch.get_loops(op_s)[0], SiteKind.DMA)
+        res.loads.append(op_s)
+    else:
+        res.loads.append(attach(sch, op_s, loop, SiteKind.DMA))
 
 
 def split(sch: s_tir.Schedule, loop: s_tir.LoopRV, tile: int) -> tuple[s_tir.LoopRV, s_tir.LoopRV]:
@@ -197,9 +219,7 @@ def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, 
             sch.set_scope(e, 0, SRAM_SCOPE)
         attach(sch, e, loop, SiteKind.EPI, idx, reverse=True)
         if step.operand is not None:
-            op_s = sch.cache_read(e, 1, SRAM_SCOPE)
-            res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
-            res.loads.append(attach(sch, op_s, loop, SiteKind.DMA))
+            stage_operand(sch, res, e, idx, loop)
         if idx < n_epi - 1 or not own_result:
             res.aliases[buffer_name(sch, e)] = prev
         prev = buffer_name(sch, e)

@@ -271,7 +271,7 @@ class _StepCosts:
         self.outs = boxes(hw, spec.out.dtype, tuple(spec.out.shape), spec.out.on_chip)
         self.epi = [(e, boxes(hw, e.operand.dtype, (e.operand.size,), False) if e.broadcast == Broadcast.CHANNEL
                      else boxes(hw, e.operand.dtype, tuple(spec.out.shape), e.operand.on_chip))
-                    for e in spec.epilogue if e.operand is not None]
+                    for e in spec.epilogue if e.operand is not None and e.broadcast != Broadcast.TABLE]  # once
         self.memo: dict[tuple, Copy] = {}
 
     def data_box(self, b, gt, ct, y, x) -> Copy:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -403,6 +403,17 @@ def flow_estimate(steps: Iterable[Step], versions: Versions, streamed_reduction:
     )
 
 
+def with_table_loads(steps: Iterable[Step], hw: HardwareConfig, spec: OpSpec) -> Iterator[Step]:
+    """``steps`` (any kind's) with the operator's lookup tables loaded at the first: each whole, once per
+    operator (``tir_schedules.common.stage_operand``), so no kind counts them per tile."""
+    tables = NO_COPY
+    for e in spec.epilogue:
+        if e.broadcast == Broadcast.TABLE:
+            tables += copy_cost(hw, e.operand.dtype, e.operand.shape, (0,), e.operand.shape)
+    for i, st in enumerate(steps):
+        yield st._replace(loads=st.loads + tables) if i == 0 and tables != NO_COPY else st
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def axis_tiles(total: int, t: int) -> tuple[tuple[int, int], ...]:
     """(start, extent) of every tile along an axis (the last one clamped); shared, hence a tuple."""
@@ -455,7 +466,9 @@ def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, acc: DType, oper
     for e in spec.epilogue:
         if e.operand is None:
             continue
-        if e.broadcast != Broadcast.CHANNEL:
+        if e.broadcast == Broadcast.TABLE:  # loaded whole, once per operator (tir_schedules.common.stage_operand)
+            buffers.append(e.operand.nbytes)
+        elif e.broadcast != Broadcast.CHANNEL:
             buffers.append(operand_v * out_elems * e.operand.dtype.itemsize)
         elif resident_channels is not None:
             buffers.append(resident_channels * e.operand.dtype.itemsize)

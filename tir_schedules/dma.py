@@ -49,6 +49,8 @@ def pad3(dims: Dims, operand: int) -> tuple[tuple[int, int, int], tuple[int, int
 
 
 def copy_plan(extents: Sequence[int], dram_strides: Sequence[int], sram_strides: Sequence[int]) -> Dims:
-    """Order a copy's loops with the smallest DRAM stride innermost (longest bursts), then merge."""
-    order = sorted(range(len(extents)), key=lambda i: -dram_strides[i])
+    """Order a copy's loops with the smallest DRAM stride innermost (longest bursts), then merge. A loop
+    of DRAM stride 0 (a broadcast view read again) goes outermost: it repeats whole runs instead of
+    cutting them into single elements."""
+    order = sorted(range(len(extents)), key=lambda i: (dram_strides[i] != 0, -dram_strides[i]))
     return merge_dims([extents[i] for i in order], [dram_strides[i] for i in order], [sram_strides[i] for i in order])

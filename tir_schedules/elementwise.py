@@ -16,9 +16,30 @@ from tvm_npu.config import CompilerOptions, HardwareConfig
 from tvm_npu.core.ops import Broadcast, ElementwiseSpec, EpiKind
 from tvm_npu.core.tiles import EltwiseTile
 
-from .common import Scheduled, attach, buffer_name, epilogue_stages, mark, pipeline, placeholder, split
+from .common import (
+    Scheduled,
+    attach,
+    buffer_name,
+    epilogue_stages,
+    mark,
+    pipeline,
+    placeholder,
+    split,
+    stage_operand,
+    value_read,
+)
 from .contract import SRAM_SCOPE, Role, SiteKind
-from .cost import NO_COPY, Pipelining, Step, axis_tiles, boxes, chain, step_itemsizes, tile_extents, vector_cycles
+from .cost import (
+    NO_COPY,
+    Pipelining,
+    Step,
+    axis_tiles,
+    boxes,
+    chain,
+    step_itemsizes,
+    tile_extents,
+    vector_cycles,
+)
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, register
 
@@ -91,13 +112,12 @@ class Elementwise(OpKind):
                 sch.set_scope(e, 0, SRAM_SCOPE)
                 attach(sch, e, t, SiteKind.EPI, idx)
             if spec.epilogue[idx].operand is not None and not (idx == 0 and _first_reads_data(spec)):
-                op_s = sch.cache_read(e, 1, SRAM_SCOPE)
-                res.roles[buffer_name(sch, op_s)] = Role.operand(idx)
-                res.loads.append(attach(sch, op_s, t, SiteKind.DMA))
+                stage_operand(sch, res, e, idx, t)
             if prev is not None:
                 res.aliases[prev] = buffer_name(sch, e)
             prev = buffer_name(sch, e)
-        data_s = sch.cache_read(sch.get_sblock("epi0" if n_epi > 1 else spec.out.name), 0, SRAM_SCOPE)
+        data_s = sch.cache_read(sch.get_sblock("epi0" if n_epi > 1 else spec.out.name), value_read(spec.epilogue[0]),
+                                SRAM_SCOPE)
         res.roles[buffer_name(sch, data_s)] = Role.DATA
         res.loads.append(attach(sch, data_s, t, SiteKind.DMA))
         if not self.pipelining(spec, tile).pipelined or tile.stages == 1:
@@ -132,7 +152,9 @@ class Elementwise(OpKind):
         buffers += chain([(1, elems * z) for z in (stage_sizes[1:] if s > 1 else stage_sizes)]
                          + [(2 if s > 1 else 1, elems * spec.out.dtype.itemsize)])
         for i, e in enumerate(spec.epilogue):
-            if e.operand is not None and not (i == 0 and _first_reads_data(spec)):
+            if e.broadcast == Broadcast.TABLE:  # loaded once (the template): one version
+                buffers.append(e.operand.nbytes)
+            elif e.operand is not None and not (i == 0 and _first_reads_data(spec)):
                 n = tile.tiles[chan] if e.broadcast == Broadcast.CHANNEL else elems
                 buffers.append(s * n * e.operand.dtype.itemsize)
         return sum(hw.align(x) for x in buffers)
@@ -149,7 +171,8 @@ class Elementwise(OpKind):
                      boxes(hw, e.operand.dtype, (e.operand.size,)) if e.broadcast == Broadcast.CHANNEL
                      else boxes(hw, e.operand.dtype, tuple(shape), e.operand.on_chip))
                     for i, e in enumerate(spec.epilogue)
-                    if e.operand is not None and not (i == 0 and _first_reads_data(spec))]
+                    if e.operand is not None and e.broadcast != Broadcast.TABLE  # once: cost.with_table_loads
+                    and not (i == 0 and _first_reads_data(spec))]
         vec: dict[int, int] = {}
         for slot, box in enumerate(tiles):
             lo = tuple(a for a, _ in box)

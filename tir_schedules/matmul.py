@@ -126,7 +126,7 @@ class _StepCopies:
         """The epilogue operands of an output tile: per-channel ones along N, whole ones as the output."""
         operands = NO_COPY
         for e in self.spec.epilogue:
-            if e.operand is None:
+            if e.operand is None or e.broadcast == Broadcast.TABLE:  # loaded once (cost.with_table_loads)
                 continue
             if e.broadcast == Broadcast.CHANNEL:
                 operands += copy_cost(self.hw, e.operand.dtype, (e.operand.size,), (nt[0],), (nt[1],))

@@ -7,6 +7,7 @@ DMA clamps the window and the pool instruction treats the border as padding
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from tvm import s_tir, te, tirx
@@ -53,6 +54,27 @@ def _window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
     return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + kw
 
 
+def separable(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> bool:
+    """Whether the max pool of ``tile`` runs as two passes, a ``1 x kw`` window over every loaded row into an
+    SRAM scratch (:func:`scratch_shape`) and a ``kh x 1`` window over that: a max over a rectangle is the max
+    of its rows' maxima, so ``kh + kw`` lane cycles per output instead of ``kh * kw``, where the first pass's
+    extra rows (the window's halo, all rows for a stride) do not cost that back: stride-1 pools of 3 x 3 and
+    more (SPP / SPPF necks), not the 3 x 3 / 2 stem pool. Average pools stay one pass (two roundings)."""
+    (kh, kw), lanes = spec.kernel, hw.vector_lanes
+    if spec.kind != PoolKind.MAX or kh == 1 or kw == 1:
+        return False
+    rows, _ = _window(spec, tile)
+    outs = tile.tc * tile.toh * tile.tow
+    two = _ceil(tile.tc * rows * tile.tow, lanes) * kw + _ceil(outs, lanes) * kh + hw.vector_issue_cycles
+    return two < _ceil(outs, lanes) * kh * kw
+
+
+def scratch_shape(spec: PoolSpec, tile: PoolTile) -> tuple[int, int, int]:
+    """(channels, rows, columns) of a separable pool's row maxima: every loaded row of the tile's window, the
+    tile's output columns."""
+    return tile.tc, _window(spec, tile)[0], tile.tow
+
+
 def _spatial_tiles(spec: PoolSpec, tile: PoolTile) -> int:
     return _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
 
@@ -68,6 +90,8 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     wp = padded_extent(ow, tile.tow, sw, kw, 1, w, pl)
     dt = spec.data.dtype.np.name
     fill = tirx.min_value(dt) if spec.kind == PoolKind.MAX else tirx.const(0, dt)
+    if spec.pad_value is not None:  # a folded constant pad (the instruction's PaddedMaxPool)
+        fill = tirx.const(spec.pad_value, dt)
     data = placeholder(spec.data)
 
     def valid(hh, ww):
@@ -163,6 +187,8 @@ class Pool(OpKind):
         out_tile = tile.tc * tile.toh * tile.tow
         buffers = [s * tile.tc * rows * cols * isz]
         buffers += epilogue_sizes(spec, out_tile, tile.tc, spec.data.dtype, s, 2 if s > 1 else 1)
+        if separable(spec, tile, hw):  # the row maxima (one: the vector engine's passes are in order)
+            buffers.append(math.prod(scratch_shape(spec, tile)) * isz)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model
@@ -170,14 +196,16 @@ class Pool(OpKind):
         nchw = spec.layout == "NCHW"
         n, c = spec.data.dim("N"), spec.data.dim("C")
         oh, ow = spec.out.dim("H"), spec.out.dim("W")
-        (kh, kw), (sh, sw), (pt, pl) = spec.kernel, spec.strides, spec.padding[:2]
+        kh, (sh, sw), (pt, pl) = spec.kernel[0], spec.strides, spec.padding[:2]
         rows, cols = _window(spec, tile)
         dt = spec.data.dtype
         n_sp = _spatial_tiles(spec, tile)
         spatial = [(y, x) for y in axis_tiles(oh, tile.toh) for x in axis_tiles(ow, tile.tow)]
         window = windows(hw, dt, spec.data, spec.layout)  # looked up once per call, not per step
         result = boxes(hw, dt, tuple(spec.out.shape), spec.out.on_chip)
-        vec: dict[int, int] = {}
+        vec: dict[tuple[int, int], int] = {}
+        two_pass = separable(spec, tile, hw)
+        h = spec.data.dim("H")
         for b in range(n):
             for ci, ct in enumerate(axis_tiles(c, tile.tc)):
                 for si, (y, x) in enumerate(spatial):
@@ -188,10 +216,21 @@ class Pool(OpKind):
                     else:
                         store = result.cost((b, y[0], x[0], ct[0]), (1, y[1], x[1], ct[1]))
                     nout = ct[1] * y[1] * x[1]
-                    if nout not in vec:
-                        vec[nout] = timing.vector_cycles(hw, nout, kh * kw) + vector_cycles(hw, spec, nout)
+                    # the first pass covers the window's rows inside the image (the DMA loads those)
+                    loaded = min(r0 + (y[1] - 1) * sh + kh, h) - max(r0, 0) if two_pass else 0
+                    if (nout, loaded) not in vec:
+                        vec[nout, loaded] = self._pool_cycles(spec, hw, ct[1] * x[1], nout, loaded) \
+                            + vector_cycles(hw, spec, nout)
                     # the loaded window is read by the vector engine: modelled as an epilogue operand
-                    yield Step(NO_COPY, 0, True, vec[nout], store, None, load, si if n_sp > 1 else ci)
+                    yield Step(NO_COPY, 0, True, vec[nout, loaded], store, None, load, si if n_sp > 1 else ci)
+
+    @staticmethod
+    def _pool_cycles(spec: PoolSpec, hw: HardwareConfig, row_outs: int, nout: int, loaded: int) -> int:
+        """The pool instructions of one tile: one pass, or (``loaded`` rows) the two of :func:`separable`."""
+        kh, kw = spec.kernel
+        if not loaded:
+            return timing.vector_cycles(hw, nout, kh * kw)
+        return timing.vector_cycles(hw, row_outs * loaded, kw) + timing.vector_cycles(hw, nout, kh)
 
     def traffic_floor(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> float:
         extra = sum(e.operand.nbytes for e in spec.epilogue

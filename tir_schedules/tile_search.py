@@ -16,7 +16,7 @@ from tvm_npu.config import CompilerOptions, HardwareConfig
 from tvm_npu.core.ops import OpSpec, spec_key
 from tvm_npu.core.tiles import Order, TileParams
 
-from .cost import Estimate, Pruned, Versions, flow_estimate
+from .cost import Estimate, Pruned, Versions, flow_estimate, with_table_loads
 from .kind import kind_of
 
 
@@ -53,7 +53,8 @@ def _aliasing(spec: OpSpec) -> tuple[int, ...]:
 def _estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig, cutoff: float) -> Estimate:
     kind = kind_of(spec)
     p = kind.pipelining(spec, tile)
-    return flow_estimate(kind.steps(spec, tile, hw), Versions.of(tile.stages, p, bool(spec.epilogue)),
+    return flow_estimate(with_table_loads(kind.steps(spec, tile, hw), hw, spec),
+                         Versions.of(tile.stages, p, bool(spec.epilogue)),
                          p.streamed_reduction, kind.compute_floor(spec, tile, hw), kind.footprint(spec, tile, hw),
                          cutoff)
 
@@ -141,7 +142,8 @@ def quick_estimate(spec: OpSpec, tile: TileParams, hw: HardwareConfig) -> float:
     unit_engine = unit_channel = store_engine = store_channel = 0
     tensor = vector = n = 0
     stationary = 0
-    for st in itertools.islice(kind.steps(spec, tile, hw), _QUICK_STEPS):  # a long reduction: its first steps
+    steps = with_table_loads(kind.steps(spec, tile, hw), hw, spec)
+    for st in itertools.islice(steps, _QUICK_STEPS):  # a long reduction: its first steps
         n += 1
         unit_engine += st.loads.engine + st.operands.engine
         unit_channel += st.loads.channel + st.operands.channel

@@ -14,6 +14,10 @@ from typing import Any
 
 from tvm_npu import _moved, runtime  # noqa: F401  (the runtime registers the npu module's loader)
 
+# a model built for every input size compiles its NPU partitions on first call; the runtime may not import the
+# compiler, so the facade tells it where the compiler is (imported only when a compile is needed)
+runtime.jit.set_compiler_loader(lambda: importlib.import_module("tvm_npu.compiler.dynamic"))
+
 #: Public name -> the module that defines it, imported when the name is first used.
 _LAZY = {
     "CompilerOptions": "tvm_npu.config",
@@ -23,6 +27,7 @@ _LAZY = {
     "parse_target": "tvm_npu.config",
     "PartitionRun": "tvm_npu.runtime.execute",
     "last_runs": "tvm_npu.runtime.execute",
+    "run": "tvm_npu.runtime.call",
     "BuildInfo": "tvm_npu.compiler.driver",
     "build": "tvm_npu.compiler.driver",
     "build_reference": "tvm_npu.compiler.driver",

@@ -214,12 +214,12 @@ def test_int8_mean_runs_in_eight_bits(layout: str, keepdims: int, opset: int) ->
 @pytest.mark.parametrize("style", ["torch", "tf2onnx"])
 def test_quantize_static_head(style: str, tmp_path: object) -> None:
     """onnxruntime's ``quantize_static`` leaves ReduceMean in float between DequantizeLinear and
-    QuantizeLinear; the mean, the classifier and the softmax run in one NPU partition. Left on the host:
-    the fp32 input's quantize and the softmax output's (scales that are not powers of two), which the
-    model needs."""
+    QuantizeLinear; the mean, the classifier and the softmax run in one NPU partition. Nothing is left on the
+    host: the fp32 input's quantize and the softmax output's, whose scales are not powers of two, multiply
+    by their reciprocals on the NPU (issue 24; within one step of ONNX's division at rare ties)."""
     model = onnx.load(quantize_model(head_model(style, 13), tmp_path / "q.onnx", random=8, seed=1))
     assert "ReduceMean" in [n.op_type for n in model.graph.node]
-    info = check_int8(model, {"relax.quantize": 2})
+    info = check_int8(model, {})
     assert info.npu_ops.get("relax.matmul") == 1, info.npu_ops
     npu = [op for op in inspect_model(model).operators if op.where == "NPU"]
     head = {op.partition for op in npu if "matmul" in op.op or op.op == "softmax"}

@@ -150,10 +150,13 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         "npu.constant_divide",  # c / x: a reciprocal and a multiply
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
+        "npu.max_pool2d_pad",  # a constant pad the max pool's padding reads (VMAXPOOL_PAD)
+        "npu.lut",  # an 8-bit table lookup (relay_patterns/qlut.py)
         "npu.softmax", "npu.layer_norm",  # the row-wise operators
         "npu.dequantize", "npu.quantize_scaled", "npu.quantize",  # the float forms of a lone DQ / Q
         "npu.concat", *(f"npu.view_{v}" for v in ("reshape", "flatten", "squeeze", "expand_dims", "permute_dims",
-                                                   "strided_slice", "take")),
+                                                   "strided_slice", "take", "broadcast_to")),
+        "npu.resize2d",  # always refused, with the reason (the NPU forms are made by canonicalisation)
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
     # (bias, residual, activation) chains other than the bare op per conv2d / matmul, 8 requantised conv2d and
@@ -489,7 +492,7 @@ def test_scalar_constant_becomes_a_filled_channel_vector() -> None:
     [
         # the row-wise kind normalises along the last axis only (the canonicalisation moves another axis there)
         lambda x, y: relax.op.nn.softmax(x, axis=1),
-        lambda x, y: relax.op.subtract(x, y),  # a per-channel tensor subtracted (only * and + take one)
+        lambda x, y: relax.op.subtract(y, x),  # a full tensor subtracted from a per-channel one (the data broadcasts)
         lambda x, y: relax.op.divide(x, y),  # a tensor divided by a tensor
         lambda x, y: relax.op.erf(x),  # erf alone (only inside a gelu)
     ],

@@ -28,10 +28,16 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.bind, npu.schedule,           required: disabling one is a ValueError
     npu.codegen
     npu.import.fold-shapes            ONNX shape subgraphs stay (onnx_import.IMPORT_REWRITES)
+    npu.import.recurrent              ONNX LSTM / GRU / RNN are not unrolled (TVM cannot import them)
+    npu.import.upsample               ONNX Upsample is imported as it is (opset 9: not at all)
     npu.import.fold-pads              an ONNX Pad before a conv / pool stays a host pad
     npu.import.clip-as-max-min        ONNX Clip with min / max inputs is imported as it is
     npu.canonicalize.reduce-of-stack  the importer's Sum / Max / Min of a stack stays
     npu.canonicalize.activations      exporter forms of ReLU6, swish, hard sigmoid / swish stay
+    npu.canonicalize.pad              the importer's constant Pad stays a call_tir (on the host)
+    npu.canonicalize.split            a split stays a tuple (on the host)
+    npu.canonicalize.resize           resize2d stays (on the host)
+    npu.canonicalize.conv-transpose   conv2d_transpose stays one operator (on the host)
     npu.canonicalize.qdq              QDQ regions stay fp32 emulation
     npu.canonicalize.fold-constants   no constant folding in canonicalize
     npu.canonicalize.dropout          dropout stays
@@ -71,6 +77,15 @@ import onnx
 import tvm
 from tvm import relax
 
+from tvm_npu.compiler.dynamic import (
+    as_model,
+    declared_inputs,
+    for_every_shape,
+    jit_codegen,
+    load_symbolic,
+    plan_shapes,
+    probe_values,
+)
 from tvm_npu.compiler.onnx_import import IMPORT_REWRITES
 from tvm_npu.compiler.relax_ext import attach  # (also registers relax.ext.npu)
 from tvm_npu.compiler.shapes import Shapes, bind_relax_shapes
@@ -81,11 +96,12 @@ from tvm_npu.core.tiles import TileParams
 from tvm_npu.relay_patterns import (
     CANONICALIZE_REWRITES,
     canonicalize_passes,
-    pattern_table,
     precision_passes,
     semantic_passes,
 )
 from tvm_npu.relay_patterns.canonicalize import fold_constants
+from tvm_npu.relay_patterns.conv_transpose import transposed_conv_macs
+from tvm_npu.relay_patterns.fusion import fuse_ops_by_pattern
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
     choose_layouts,
@@ -94,6 +110,7 @@ from tvm_npu.relay_patterns.layout import (
     is_layout_transform,
     unfold_host_layouts,
 )
+from tvm_npu.relay_patterns.symbolic import probing
 from tvm_npu.tir_schedules.scheduler import schedule_partition
 from tvm_npu.tuning.database import best_tiles, load_choices, partition_key
 
@@ -188,13 +205,11 @@ def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
     if isinstance(model, str | os.PathLike):
         from tvm_npu.models.registry import load_onnx  # a path or a bundled name, with one-line errors
 
-        model = load_onnx(model)
+        model = load_onnx(model, lean=True)  # a file's weights stay in it until TVM's constants take them
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be a tvm.IRModule, an onnx.ModelProto or a path, not {type(model).__name__}")
     if not model.graph.node:
         raise ValueError("the ONNX model has an empty graph")
-    from tvm.relax.frontend.onnx import from_onnx
-
     from tvm_npu.compiler.onnx_import import (  # symbolic dims; shape arithmetic, Clip, pads; what TVM cannot import
         bind_input_shapes,
         check_operators,
@@ -202,11 +217,12 @@ def load_model(model: Model, shapes: Shapes | None = None) -> tvm.IRModule:
         prepare,
     )
     from tvm_npu.compiler.qoperator import to_qdq  # QOperator nodes (QLinearConv, ...) become QDQ, which TVM imports
+    from tvm_npu.compiler.weights import import_onnx  # TVM's from_onnx; external weights read once
 
     model = prepare(to_qdq(bind_input_shapes(model, shapes)))
     check_operators(model)
     try:
-        return from_onnx(model, keep_params_in_input=False)
+        return import_onnx(model)
     except NotImplementedError as e:  # tvm.error.OpNotImplemented and the importer's own
         raise frontend_error(e) from None
 
@@ -293,7 +309,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
         Stage("layout", lambda mod: choose_layouts(mod, target)),
         Stage("fold-layout", _seq([fold_layout_transforms, fold_constants])),
         Stage("partition", _seq([
-            relax.transform.FuseOpsByPattern(pattern_table(target), bind_constants=True, annotate_codegen=False),
+            fuse_ops_by_pattern(target),  # the pattern table, and the row programs found in the module
             relax.transform.MergeCompositeFunctions(),
             unfold_host_layouts,
         ])),
@@ -341,14 +357,21 @@ def io_bytes(mod: tvm.IRModule) -> int:
     return sum(nbytes(p.ty) for p in main.params) + nbytes(main.ret_ty if hasattr(main, "ret_ty") else main.body.ty)
 
 
+_DIRECT_CONVS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d")
+_TRANSPOSED_CONVS = ("relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose")
+
+
 def _call_macs(call: relax.Call) -> int:
-    """MACs of a host conv2d / matmul call (0 for other operators)."""
+    """MACs of a host convolution (1-D to 3-D, transposed ones too) / matmul call (0 for other operators)."""
     name = call.op.name
-    if name not in ("relax.nn.conv2d", "relax.matmul"):
-        return 0
+    if name not in (*_DIRECT_CONVS, *_TRANSPOSED_CONVS, "relax.matmul") or not all(
+            isinstance(d, tvm.tirx.IntImm) for a in (call, *call.args[:2]) for d in a.ty.shape.values):
+        return 0  # (a symbolic shape: the MACs depend on the call)
     out = [int(d) for d in call.ty.shape]
     if name == "relax.matmul":
         return int(np.prod(out)) * int(call.args[0].ty.shape[-1])
+    if name in _TRANSPOSED_CONVS:  # the taps on the stride lattice, as its NPU phase convolutions do them
+        return transposed_conv_macs(call)
     w = [int(d) for d in call.args[1].ty.shape]
     return int(np.prod(out)) * int(np.prod(w)) // w[str(call.attrs.kernel_layout).index("O")]
 
@@ -433,6 +456,7 @@ def build(
     host: HostTarget = None,
     shapes: Shapes | None = None,
     pipeline: Pipeline | None = None,
+    jit: str = "on",
 ) -> relax.VMExecutable:
     """Compile ``model`` for the NPU: NPU partitions run on the simulator, the rest on llvm.
 
@@ -446,11 +470,18 @@ def build(
     dimensions, without it a symbolic batch dimension is 1 with a warning (:func:`load_model`);
     ``pipeline`` replaces the stage list: it gets the default :class:`Stage` list and returns the one to run.
 
+    One executable for every input size (:mod:`tvm_npu.compiler.dynamic`): a model with a symbolic dimension
+    other than a batch and no ``shapes``, or ``shapes`` listing several shapes per input
+    (``{"x": [(1, 3, 48, 320), (1, 3, 48, 640)]}``) or a profile (``{"x": {"min": ..., "opt": ..., "max": ...}}``),
+    keeps its symbolic dimensions: the listed shapes (a profile's ``opt``) are compiled now, others on their
+    first call with ``jit="on"`` (then cached in memory and on disk, :mod:`tvm_npu.runtime.jit`) or refused
+    with ``jit="off"``.
+
     Stages and rewrites are switched off with ``tvm.transform.PassContext(disabled_pass=[...])``
     (:data:`SWITCHES`, the module docstring).
     """
     return build_with_info(model, target, params=params, dump_dir=dump_dir, tiles=tiles, database=database,
-                           host=host, shapes=shapes, pipeline=pipeline)[0]
+                           host=host, shapes=shapes, pipeline=pipeline, jit=jit)[0]
 
 
 def build_with_info(
@@ -463,12 +494,14 @@ def build_with_info(
     database: str | os.PathLike | None = None,
     host: HostTarget = None,
     shapes: Shapes | None = None,
-    pipeline: Pipeline | None = None,
+    pipeline: Pipeline | None = None, jit: str = "on",
 ) -> tuple[relax.VMExecutable, BuildInfo]:
     """:func:`build`, also returning what went to the NPU and the host and the time per stage
     (of the stages that ran)."""
     npu = with_switches(parse_target(target))
     llvm = host_target(host)  # checked before any work
+    if for_every_shape(model, shapes, jit):  # one executable for every input size
+        return _build_for_every_shape(model, npu, llvm, params, shapes, jit, (dump_dir, tiles, database, pipeline))
     choices = None
     if database is not None:
         tiles = {**best_tiles(database, npu), **(tiles or {})}
@@ -515,6 +548,44 @@ def build_with_info(
                          stage_seconds=seconds, plans=tuple(plans), io_bytes=model_io, target=str(npu),
                          partitioned=partitioned, compiled=mod,
                          tuned_ops=_tuned(plans, tiles) if database is not None else 0, tuned_plans=len(chosen))
+
+
+def _build_for_every_shape(model: Model, npu: NpuTarget, llvm: tvm.target.Target, params: Mapping[str, Any] | None,
+                           shapes: Mapping[str, Any] | None, jit: str, static_only: tuple[object, ...]
+                           ) -> tuple[relax.VMExecutable, BuildInfo]:
+    """The JIT route of :func:`build_with_info` (:mod:`tvm_npu.compiler.dynamic`): the front-end stages on the
+    symbolic model (matches judged at a probe size), NPU partitions kept as functions for run-time compiles
+    (the listed shapes compiled now), the host part built shape-generic. ``static_only`` (``dump_dir``, ``tiles``,
+    ``database``, ``pipeline``) act on the plan and codegen stages of a static build: given here, an error."""
+    names = ("dump_dir", "tiles", "database", "pipeline")
+    given = [n for n, v in zip(names, static_only, strict=True) if v is not None]
+    if given:
+        raise ValueError(f"{given[0]}= applies to static builds; this model is built for every input size (its NPU "
+                         f"partitions compile at run time): give shapes={{name: shape}} with one shape per input")
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    mod = load_symbolic(as_model(model))
+    seconds["import"] = time.perf_counter() - t0
+    declared = declared_inputs(mod)
+    aot, bounds = plan_shapes(declared, shapes)
+    if jit == "off" and not aot:
+        raise ValueError("jit='off' compiles only the shapes listed ahead of time, and none is: give them, e.g. "
+                         "shapes={'x': [(1, 3, 48, 320), (1, 3, 48, 640)]}, or build with jit='on'")
+    front = [s for s in enabled_stages(stages(npu, params)) if s.name not in ("schedule", "codegen")]
+    with probing(probe_values(declared, aot)):
+        for stage in front:
+            t0 = time.perf_counter()
+            mod = stage.run(mod)
+            seconds[stage.name] = time.perf_counter() - t0
+    info, partitioned = partition_info(mod), mod
+    t0 = time.perf_counter()
+    mod = jit_codegen(mod, npu, aot, jit=jit, inputs=declared, bounds=bounds)
+    seconds["codegen"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ex = relax.build(mod, target=llvm)
+    seconds["host"] = time.perf_counter() - t0
+    return ex, BuildInfo(*info[:5], transforms_inserted=0, partitions=info[5], stage_seconds=seconds,
+                         target=str(npu), partitioned=partitioned, compiled=mod)
 
 
 def _tuned(plans: list[PartitionPlan], tiles: Mapping[str, TileParams] | None) -> int:

@@ -37,8 +37,12 @@ import tvm
 from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
+from tvm_npu.compiler.conv_transpose_pads import explicit_conv_transpose_pads
+from tvm_npu.compiler.recurrent import GATES, unroll_recurrent
 from tvm_npu.compiler.shapes import Dim, declared_dim, resolve_shapes
+from tvm_npu.compiler.upsample import upsample_as_broadcast
 from tvm_npu.models.inputs import input_values
+from tvm_npu.models.onnx_file import array
 from tvm_npu.models.registry import opset
 
 #: Operators folded when every input is a constant: the arithmetic of shapes and indices, and
@@ -58,30 +62,59 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorPro
 #: The named rewrites of :func:`prepare`, in order: ``tvm.transform.PassContext(disabled_pass=[name])`` skips one.
 IMPORT_REWRITES: dict[str, str] = {
     "npu.import.fold-shapes": "shape subgraphs (Shape, Gather, Concat ... on static shapes) -> constants",
+    "npu.import.recurrent": "LSTM / GRU / RNN unrolled into MatMul, gate activations, Slice and Concat",
+    "npu.import.upsample": "Upsample (opsets 7-9) by integer factors -> Reshape, Expand, Reshape (a broadcast)",
     "npu.import.fold-pads": "a Pad before a Conv / pooling folded into its pads",
     "npu.import.clip-as-max-min": "Clip with min / max inputs -> Max / Min (TVM imports them as constants)",
 }
 
 
-def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with shape subgraphs folded, Clip bounds as Max / Min and foldable pads folded
-    (a new model; ``model`` is not modified). A rewrite named in the current ``PassContext``'s
-    ``disabled_pass`` (:data:`IMPORT_REWRITES`) is skipped."""
+def _disabled() -> set[str]:
+    """The pass names the current ``PassContext`` disables (``required_pass`` wins)."""
     ctx = tvm.transform.PassContext.current()
-    disabled = {str(n) for n in ctx.disabled_pass} - {str(n) for n in ctx.required_pass}
+    return {str(n) for n in ctx.disabled_pass} - {str(n) for n in ctx.required_pass}
+
+
+def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with shape subgraphs folded, recurrent layers unrolled, Clip bounds as Max / Min and
+    foldable pads folded (a new model; ``model`` is not modified). A rewrite named in the current
+    ``PassContext``'s ``disabled_pass`` (:data:`IMPORT_REWRITES`) is skipped."""
+    disabled = _disabled()
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    for name, rewrite in (("npu.import.fold-shapes", fold_shapes), ("npu.import.fold-pads", fold_pads),
+    explicit_conv_transpose_pads(out)  # not an optimisation: TVM's importer ignores output_shape
+    for name, rewrite in (("npu.import.fold-shapes", fold_shapes), ("npu.import.recurrent", unroll_recurrent_layers),
+                          ("npu.import.upsample", upsample_by_integer_factors), ("npu.import.fold-pads", fold_pads),
                           ("npu.import.clip-as-max-min", clips_as_max_min)):
         if name not in disabled:
             rewrite(out)
     return out
 
 
+def upsample_by_integer_factors(model: onnx.ModelProto) -> int:
+    """``Upsample`` by integer factors as the broadcast it is (:mod:`tvm_npu.compiler.upsample`), in place;
+    returns how many."""
+    if not any(n.op_type == "Upsample" for n in model.graph.node):
+        return 0
+    return upsample_as_broadcast(model, _constants(model.graph), _static_shapes(model), opset(model))
+
+
+def unroll_recurrent_layers(model: onnx.ModelProto) -> int:
+    """Unroll the main graph's ``LSTM`` / ``GRU`` / ``RNN`` nodes (:mod:`tvm_npu.compiler.recurrent`), in
+    place, after the shapes are folded (a ``sequence_lens`` or initial state built from shapes is then a
+    constant); returns how many. Clips it writes become Max / Min in the step after it."""
+    if not any(n.op_type in GATES for n in model.graph.node):
+        return 0
+    used = {name for node in model.graph.node for name in _node_inputs(node)} | {o.name for o in model.graph.output}
+    count = unroll_recurrent(model, _constants(model.graph), _static_shapes(model), opset(model), used)
+    _drop_unused_initializers(model.graph)
+    return count
+
+
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Initializers and Constant nodes' values, by name (an initializer that old exporters also list
     as a graph input is a constant too: TVM's importer binds it as one)."""
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    values = {t.name: array(t) for t in graph.initializer}  # external data: a memmap, read only if used
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             try:
@@ -522,24 +555,32 @@ class UnsupportedOperatorError(ValueError):
         self.operators = tuple(operators)
 
 
-def supported_operators() -> list[str]:
-    """The ONNX operator types TVM's ONNX importer converts, sorted (its converter table, ``If``
-    and ``Constant``). The importer picks per operator the newest converter no newer than the
-    model's opset (the oldest when all are newer), so the list is the same for every opset;
-    ``com.microsoft`` contrib operators are among them by type."""
+def _frontend_operators() -> set[str]:
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    return sorted({*_get_convert_map(), "If", "Constant"})
+    return {*_get_convert_map(), "If", "Constant"}
+
+
+def supported_operators() -> list[str]:
+    """The ONNX operator types the project imports, sorted: those TVM's ONNX importer converts (its
+    converter table, ``If`` and ``Constant``) and the recurrent layers ``prepare`` unrolls (``LSTM``,
+    ``GRU``, ``RNN``; in the main graph). The importer picks per operator the newest converter no newer
+    than the model's opset (the oldest when all are newer), so the list is the same for every opset;
+    ``com.microsoft`` contrib operators are among them by type."""
+    return sorted(_frontend_operators() | set(GATES))
 
 
 def unsupported_operators(model: onnx.ModelProto) -> dict[str, list[str]]:
     """Operator -> the nodes using it (names, else ``output 'x'``), in graph order, for every
-    operator of ``model`` that TVM's ONNX importer cannot import, subgraphs (``If`` branches,
-    ``Loop`` / ``Scan`` bodies) included. Empty when the importer knows every operator."""
-    supported = set(supported_operators())
+    operator of ``model`` that the import cannot import, subgraphs (``If`` branches, ``Loop`` / ``Scan``
+    bodies) included. Empty when every operator is known. Recurrent layers count as known in the main
+    graph only (subgraph values have no static shapes to unroll them by), and not when the current
+    ``PassContext`` disables ``npu.import.recurrent``."""
+    inner = _frontend_operators()
+    top = inner if "npu.import.recurrent" in _disabled() else set(supported_operators())
     found: dict[str, list[str]] = {}
 
-    def walk(graph: onnx.GraphProto) -> None:
+    def walk(graph: onnx.GraphProto, supported: set[str]) -> None:
         for node in graph.node:
             domain = "" if node.domain == "ai.onnx" else node.domain
             if domain not in _FRONTEND_DOMAINS or node.op_type not in supported:
@@ -548,9 +589,9 @@ def unsupported_operators(model: onnx.ModelProto) -> dict[str, list[str]]:
                 found.setdefault(op, []).append(label)
             for a in node.attribute:
                 for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    walk(g)
+                    walk(g, inner)
 
-    walk(model.graph)
+    walk(model.graph, top)
     return found
 
 

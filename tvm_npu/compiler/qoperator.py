@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper, version_converter
 
+from tvm_npu.models.onnx_file import array
 from tvm_npu.models.registry import opset as model_opset
 
 _MS = "com.microsoft"
@@ -151,7 +152,7 @@ class _Rewriter:
         if name not in self._tensors:
             return None
         if name not in self._values:
-            self._values[name] = numpy_helper.to_array(self._tensors[name])
+            self._values[name] = array(self._tensors[name])  # a lean model's weight: from its file
         return self._values[name]
 
     def shape(self, name: str) -> tuple[int, ...] | None:

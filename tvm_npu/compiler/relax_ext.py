@@ -28,8 +28,28 @@ from tvm_npu.runtime.npu_module import create_module
 
 def attach(func: relax.Function, plan: PartitionPlan, constants: Mapping[str, np.ndarray]) -> relax.Function:
     """``func`` carrying its plan and constants for the codegen (the schedule stage's output)."""
-    arrays = {name: tvm.runtime.tensor(np.ascontiguousarray(value)) for name, value in constants.items()}
+    arrays = {name: _tensor(value) for name, value in constants.items()}
     return func.with_attr(PLAN_ATTR, plan.to_json()).with_attr(CONSTANTS_ATTR, arrays)
+
+
+def _tensor(value: np.ndarray) -> tvm.runtime.Tensor:
+    """``value`` as a TVM tensor sharing its memory when TVM can (C-contiguous, 64-byte aligned: a constant the
+    front end passes through is a view of the Relax constant's own memory), else a copy: a model's weights are
+    not held twice while the partition waits for the codegen."""
+    value = np.ascontiguousarray(value)
+    if value.ctypes.data % 64 == 0:
+        try:  # a versioned capsule signals read-only arrays (the front end's views are)
+            return tvm.runtime.from_dlpack(value.__dlpack__(max_version=(1, 0)))
+        except (BufferError, TypeError, ValueError, RuntimeError):  # a dtype or layout DLPack cannot carry
+            pass
+    return tvm.runtime.tensor(value)
+
+
+def _view(tensor: tvm.runtime.Tensor) -> np.ndarray:
+    """A read-only numpy view of ``tensor``'s memory (the codegen only reads its constants)."""
+    arr = np.from_dlpack(tensor)
+    arr.flags.writeable = False
+    return arr
 
 
 def attached(func: relax.Function) -> tuple[PartitionPlan, dict[str, np.ndarray]]:
@@ -42,7 +62,7 @@ def attached(func: relax.Function) -> tuple[PartitionPlan, dict[str, np.ndarray]
                          f"({CONSTANTS_ATTR}); accepted: functions from tvm_npu.partition_for_npu(..., "
                          f"codegen=False) or tvm_npu.build's stages up to 'schedule'")
     plan = PartitionPlan.from_json(str(attrs[PLAN_ATTR]))
-    return plan, {str(k): v.numpy() for k, v in attrs[CONSTANTS_ATTR].items()}
+    return plan, {str(k): _view(v) for k, v in attrs[CONSTANTS_ATTR].items()}
 
 
 def npu_codegen(functions, options, constant_names) -> list[tvm.runtime.Module]:

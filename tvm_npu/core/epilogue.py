@@ -18,7 +18,7 @@ from tvm import tirx
 from tvm.ir import Expr as PrimExpr
 
 from tvm_npu.config import DType, HardwareConfig
-from tvm_npu.core.ops import EpiKind, Epilogue
+from tvm_npu.core.ops import Broadcast, EpiKind, Epilogue
 from tvm_npu.simulator import isa, quant, timing
 
 #: ``te(x, y, step)``: the step's value for input element ``x`` and operand element ``y`` (None if unary).
@@ -117,6 +117,14 @@ def _qadd_r(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     return ar.cast(ar.clip(ar.round_even(total), float(lo), float(hi)), s.dtype)
 
 
+def _qmul(x: PrimExpr, y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    zero_a, zero_b, zero_y, lo, hi = s.ints
+    assert y is not None and s.dtype is not None
+    ar = TE_ARITH
+    a, b = ar.add_const(ar.to_f32(x), float(-zero_a)), ar.add_const(ar.to_f32(y), float(-zero_b))  # exact
+    return quant.rescale_mul(a, b, s.floats[0], zero_y, lo, hi, s.dtype, ar)
+
+
 _RULES = (
     EpiRule(EpiKind.BIAS, None, lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
     EpiRule(EpiKind.ADD, "relax.add", lambda x, y, _: x + y, isa.Opcode.VADD, commutative=True),
@@ -152,6 +160,11 @@ _RULES = (
     # commutative: float32 additions in another order round differently
     EpiRule(EpiKind.QADD, None, _qadd, isa.Opcode.VQADD),
     EpiRule(EpiKind.QADD_R, None, _qadd_r, isa.Opcode.VQADD),
+    # matched as take(table, astype(x, int32) - qmin) (relay_patterns.qlut / extract); the operand read is
+    # the table's entry at table_index(x) (tir_schedules.common), which is the step's value
+    EpiRule(EpiKind.LUT, None, lambda _x, y, _s: y, isa.Opcode.VLUT),
+    # matched as quantize((x - z_a) * (y - z_b) * ratio + z_y, 1, 0) (relay_patterns.qbinary / extract)
+    EpiRule(EpiKind.QMUL, None, _qmul, isa.Opcode.VQMUL),
 )
 
 #: The table, by kind.
@@ -159,6 +172,11 @@ RULES: dict[EpiKind, EpiRule] = {r.kind: r for r in _RULES}
 assert set(RULES) == set(EpiKind), "every epilogue kind needs a row"
 #: Relax operator -> kind, for the steps the pattern table matches.
 BY_RELAX_OP: dict[str, EpiKind] = {r.relax_op: r.kind for r in _RULES if r.relax_op is not None}
+
+
+def table_index(x: PrimExpr) -> PrimExpr:
+    """The entry of a LUT step's table that 8-bit value ``x`` reads: ``x - qmin`` (VLUT's rule)."""
+    return x.astype("int32") - tirx.const(int(np.iinfo(str(x.dtype)).min), "int32")
 
 
 def rule(kind: EpiKind) -> EpiRule:
@@ -189,9 +207,17 @@ def check_dtype(step: Epilogue, out: DType) -> None:
                              f"{step.dtype.np.name if step.dtype is not None else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
-    elif step.kind in (EpiKind.QADD, EpiKind.QADD_R):
+    elif step.kind in (EpiKind.QADD, EpiKind.QADD_R, EpiKind.QMUL):
         if not out.is_quantized or step.operand is None or step.operand.dtype != out or step.dtype is None:
-            raise ValueError(f"a rescaled add takes two tensors of one 8-bit type, not {out.np.name}")
+            raise ValueError(f"a rescaled {'product' if step.kind == EpiKind.QMUL else 'sum'} takes two tensors of one "
+                             f"8-bit type, not {out.np.name}")
+    elif step.kind == EpiKind.LUT:
+        table = step.operand
+        if (not out.is_quantized or step.dtype is None or not step.dtype.is_quantized or table is None
+                or table.dtype != step.dtype or table.shape != (isa.VecLut.ENTRIES,)
+                or step.broadcast != Broadcast.TABLE):
+            raise ValueError(f"a table lookup takes an 8-bit value through {isa.VecLut.ENTRIES} entries of an 8-bit "
+                             f"type, not {out.np.name} through {table.shape if table is not None else 'none'}")
     elif step.kind == EpiKind.CAST:
         if (out, step.dtype) not in _CASTS and not (out.is_float and step.dtype is not None and step.dtype.is_float):
             to = step.dtype.np.name if step.dtype is not None else "?"

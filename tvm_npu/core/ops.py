@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from tvm_npu.config import DType
+from tvm_npu.simulator import isa
 
 
 class EpiKind(enum.Enum):
@@ -42,6 +43,12 @@ class EpiKind(enum.Enum):
     # so far the other (scale_b). The plan's fusion makes one when it moves a residual add onto the producer
     # of its second tensor; the float32 sums are then in the same order as QADD's (bit for bit the same).
     QADD_R = "qadd_r"
+    # an 8-bit value looked up in a 256-entry table of the result type (operand, Broadcast.TABLE; ``dtype``):
+    # any function of one 8-bit value, computed at compile time (relay_patterns.qlut)
+    LUT = "lut"
+    # * an 8-bit tensor with its own scale, requantised (onnxruntime's QLinearMul, simulator.quant.rescale_mul):
+    # floats (ratio,), ints (zero_a, zero_b, zero_y, lo, hi); the operand broadcast FULL or CHANNEL
+    QMUL = "qmul"
 
     @property
     def binary(self) -> bool:
@@ -49,7 +56,7 @@ class EpiKind(enum.Enum):
 
 
 _BINARY = frozenset({EpiKind.BIAS, EpiKind.ADD, EpiKind.SUB, EpiKind.MUL, EpiKind.MAX, EpiKind.MIN,
-                     EpiKind.REQUANT, EpiKind.QADD, EpiKind.QADD_R})
+                     EpiKind.REQUANT, EpiKind.QADD, EpiKind.QADD_R, EpiKind.LUT, EpiKind.QMUL})
 
 
 class Broadcast(enum.Enum):
@@ -57,6 +64,7 @@ class Broadcast(enum.Enum):
 
     FULL = "full"  # same shape as the output
     CHANNEL = "channel"  # one value per output channel
+    TABLE = "table"  # a lookup table indexed by the value itself (LUT): loaded whole, read at the value
 
 
 @dataclass(frozen=True)
@@ -235,6 +243,8 @@ class PoolSpec(_OpBase):
     strides: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     count_include_pad: bool = False
+    #: What a max pool's padding reads: a folded constant ``Pad`` (None: padding never wins the max).
+    pad_value: float | None = None
 
     def _main_inputs(self) -> tuple[TensorRef, ...]:
         return (self.data,)
@@ -260,31 +270,86 @@ class ElementwiseSpec(_OpBase):
 
 
 class RowKind(enum.Enum):
-    """The row-wise normalisations (over the last axis)."""
+    """The row-wise operators: two fixed step programs and the general one (``RowwiseSpec.program``)."""
 
     SOFTMAX = "softmax"
     LAYER_NORM = "layer_norm"
+    PROGRAM = "rowwise"  # any program of vector steps over the rows (a recognised normalisation)
+
+
+class Along(enum.Enum):
+    """How a row-wise operator's constant lines up with its ``rows x cols`` view of the data."""
+
+    COLS = "cols"  # one value per position in the row, the same for every row: shape (cols,)
+    ROWS = "rows"  # one value per row: shape (rows,)
+    FULL = "full"  # one value per element: shape (rows, cols)
+
+
+@dataclass(frozen=True)
+class RowParam:
+    """A constant a row-wise program reads (gamma, beta, a per-channel scale), by its broadcast."""
+
+    ref: TensorRef
+    along: Along
+
+    def __repr__(self) -> str:
+        """Without the tensor's name: :func:`spec_key` prints it, and equal programs schedule alike."""
+        return f"RowParam({self.ref.dtype.name}{list(self.ref.shape)}, {self.along.value})"
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """One vector instruction of a row-wise program: ``op`` on ``src`` (and ``other``).
+
+    Sources name the data (``x``), a parameter (``gamma``, ``beta``, ``p<k>``) or an earlier step's
+    result (``rw<k>``). ``row``: the result is one value per row (a reduction, or arithmetic on
+    per-row values), else a full tile. Parameters by opcode: VSCALE ``src * scale + shift``; VPOW
+    ``src ** scale``; VCLIP ``min(max(src, scale), shift)`` (the bounds may be infinite).
+    """
+
+    op: isa.Opcode
+    src: str
+    other: str | None = None
+    row: bool = False
+    scale: float = 1.0
+    shift: float = 0.0
+
+    @property
+    def reduce(self) -> bool:
+        return self.op in isa.VecReduce.OPS
 
 
 @dataclass(frozen=True)
 class RowwiseSpec(_OpBase):
-    """A normalisation along the last axis, one row at a time: numerically stable softmax
-    (``exp(x - max) / sum``) or layer norm (``(x - mean) / sqrt(var + eps) * gamma + beta``,
-    ``gamma``/``beta`` vectors of the row length, either may be absent)."""
+    """An operator over rows, one row at a time: numerically stable softmax (``exp(x - max) / sum``),
+    layer norm (``(x - mean) / sqrt(var + eps) * gamma + beta``, ``gamma``/``beta`` vectors of the row
+    length, either may be absent) or, for ``RowKind.PROGRAM``, the vector steps of ``program`` reading
+    ``params`` (named ``p0``, ``p1``, ...). The data is viewed as ``rows x cols``: ``row_length``
+    consecutive elements per row (0: the last axis)."""
 
     data: TensorRef
     kind: RowKind
     gamma: TensorRef | None = None
     beta: TensorRef | None = None
     eps: float = 0.0
+    row_length: int = 0
+    params: tuple[RowParam, ...] = ()
+    program: tuple[RowStep, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.kind == RowKind.PROGRAM) != bool(self.program):
+            needs = "needs" if self.kind == RowKind.PROGRAM else "takes no"
+            raise ValueError(f"a {self.kind.value} row-wise operator {needs} step program")
+        if self.data.size % self.cols:
+            raise ValueError(f"rows of {self.cols} elements do not tile the data {self.data.shape}")
 
     def _main_inputs(self) -> tuple[TensorRef, ...]:
-        return (self.data, *(t for t in (self.gamma, self.beta) if t is not None))
+        return (self.data, *(t for t in (self.gamma, self.beta) if t is not None), *(p.ref for p in self.params))
 
     @property
     def cols(self) -> int:
-        """The row length (the normalised axis)."""
-        return self.data.shape[-1]
+        """The row length (the normalised axes)."""
+        return self.row_length or self.data.shape[-1]
 
     @property
     def rows(self) -> int:
@@ -298,7 +363,7 @@ OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec | RowwiseSpec
 
 #: Fields added after tuning records existed: left out of the key at their default value,
 #: so the keys of every operator that does not use them are unchanged.
-_NEWER_FIELDS = frozenset({"pad_value"})
+_NEWER_FIELDS = frozenset({"pad_value", "row_length", "params", "program"})
 
 
 def spec_key(spec: OpSpec) -> str:

@@ -1,7 +1,8 @@
 """Index arithmetic of :class:`~tvm_npu.core.ops.View`: tensors that live inside another DRAM tensor.
 
 A reshape, squeeze, flatten, a transpose, a strided slice with positive steps, a gather of
-evenly spaced constant indices, and the inputs of a concat move no data on the NPU: the partition graph
+evenly spaced constant indices, a broadcast (stride 0 along a repeated axis: readers only),
+and the inputs of a concat move no data on the NPU: the partition graph
 describes each as a view of the tensor that holds its elements, chains of views are
 composed here into one view of a real DRAM tensor, and the codegen turns an access to
 a viewed tensor into DMA descriptors on the real one (:func:`view_pieces`).
@@ -58,6 +59,19 @@ def slice_of(base: str, whole: Sequence[int], part: Sequence[int], axis: int, st
     return View(base, start * strides[axis], tuple(((int(n), s),) for n, s in zip(part, strides, strict=True)))
 
 
+def broadcast(base: str, shape: Sequence[int], out_shape: Sequence[int]) -> View:
+    """``broadcast_to(base, out_shape)`` of a tensor of ``shape`` (numpy's rule: leading axes added, axes of
+    one element repeated): a repeated axis has stride 0, so its readers load the same elements again
+    (a nearest-neighbour upsampling is ``reshape -> broadcast_to -> reshape``)."""
+    lead = len(out_shape) - len(shape)
+    full = (1,) * lead + tuple(int(n) for n in shape) if lead >= 0 else ()
+    if lead < 0 or any(n not in (1, m) for n, m in zip(full, out_shape, strict=True)):
+        raise NotAView(f"{tuple(shape)} does not broadcast to {tuple(out_shape)}")
+    strides = row_major(full)
+    return View(base, 0, tuple(((int(m), s if n == m else 0),) for n, m, s in zip(full, out_shape, strides,
+                                                                                      strict=True)))
+
+
 def strided(base: str, shape: Sequence[int], begin: Sequence[int], step: Sequence[int], extent: Sequence[int],
             keep: Sequence[bool] | None = None) -> View:
     """Elements ``begin[d] + i * step[d]`` (``i < extent[d]``) of every axis of ``base`` (shape ``shape``):
@@ -107,6 +121,8 @@ def compose(inner: View, outer: View) -> View:
         offset += digit * s
 
     def place(extent: int, stride: int) -> list[tuple[int, int]]:
+        if stride == 0:  # a repeated (broadcast) factor reads the same elements whatever lies under it
+            return [(extent, 0)]
         parts: list[tuple[int, int]] = []
         while extent > 1:
             j = next((j for j, (_, w, _) in enumerate(atoms) if w <= stride), None)

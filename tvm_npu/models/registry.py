@@ -22,6 +22,7 @@ import onnx
 from tvm_npu.models.bundled import bert_layer, efficientnet_b0, mobilenet_v2, swin_t_stage, vit_tiny
 from tvm_npu.models.inputs import random_inputs  # noqa: F401  (tvm_npu.zoo's name, kept: the old module path)
 from tvm_npu.models.light import LIGHT_MODELS, light_model_path, randomize_weights, tiny_convnet
+from tvm_npu.models.onnx_file import load_lean, read_external
 
 
 def _light(name: str) -> onnx.ModelProto:
@@ -51,12 +52,16 @@ def opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def load_onnx(model: str | os.PathLike | onnx.ModelProto, *, bundled: bool = True) -> onnx.ModelProto:
+def load_onnx(model: str | os.PathLike | onnx.ModelProto, *, bundled: bool = True,
+              lean: bool = False) -> onnx.ModelProto:
     """A ModelProto from itself, a path to an ``.onnx`` file or (``bundled``) a name in :data:`BUNDLED`.
 
     A file that exists wins over a bundled name, so a local file is never shadowed. One-line errors: a
     missing file (``FileNotFoundError``, listing the bundled names) and a file that is not a model
-    (``ValueError``).
+    (``ValueError``). ``lean`` (what the compiler asks for): a file's large initializers stay in the file
+    (or its external-data files) as external-data references (:func:`tvm_npu.models.onnx_file.load_lean`);
+    without it they are read in (what ``onnx.load`` gives, with the file held once), which onnxruntime and
+    other tools need.
     """
     if isinstance(model, onnx.ModelProto):
         return model
@@ -64,11 +69,9 @@ def load_onnx(model: str | os.PathLike | onnx.ModelProto, *, bundled: bool = Tru
         raise TypeError(f"model must be an onnx.ModelProto, a path or a bundled model's name, "
                         f"not {type(model).__name__}")
     path = Path(model)
-    if path.is_file():
-        try:
-            return onnx.load(str(path))
-        except Exception as e:  # protobuf raises DecodeError and friends for non-model files
-            raise ValueError(f"{str(model)!r} is not an ONNX model ({type(e).__name__})") from None
+    if path.is_file():  # (one-line ModelFileError, a ValueError, for a corrupt file or missing external data)
+        lean_model = load_lean(path)
+        return lean_model if lean else read_external(lean_model)
     if bundled and isinstance(model, str) and model in BUNDLED:
         return BUNDLED[model]()
     known = f" (bundled models: {', '.join(BUNDLED)})" if bundled else ""

@@ -3,5 +3,6 @@ simulator callback that runs NPU functions and records their statistics. Imports
 compiler (TVM is loaded when a module is created or loaded), so ``import tvm_npu`` stays light."""
 
 from tvm_npu.runtime.execute import PartitionRun, Profile, collect, last_runs
+from tvm_npu.runtime.jit import JitCache  # installs the invoke handler (JIT programs too)
 
-__all__ = ["PartitionRun", "Profile", "collect", "last_runs"]
+__all__ = ["JitCache", "PartitionRun", "Profile", "collect", "last_runs"]

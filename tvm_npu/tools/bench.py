@@ -51,10 +51,11 @@ LoadedModel = onnx.ModelProto | tvm.IRModule
 
 
 # ------------------------------------------------------------------------------ models
-def resolve_model(spec: str) -> tuple[str, onnx.ModelProto]:
+def resolve_model(spec: str, *, lean: bool = False) -> tuple[str, onnx.ModelProto]:
     """``(display name, model)`` for a path to a ``.onnx`` file or a name in :data:`BUNDLED`
-    (:func:`tvm_npu.models.registry.load_onnx`: a path that exists wins over a bundled name)."""
-    model = load_onnx(spec)
+    (:func:`tvm_npu.models.registry.load_onnx`: a path that exists wins over a bundled name; ``lean``: a
+    file's large weights stay in it, for a command that only compiles)."""
+    model = load_onnx(spec, lean=lean)
     return model_name(spec), model
 
 

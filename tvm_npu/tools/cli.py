@@ -18,6 +18,7 @@ import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,7 @@ from tvm_npu.tools.bench import (
     show_progress,
     wall_time,
 )
+from tvm_npu.tools.export import export_library
 from tvm_npu.tools.inspection import inspect_model
 from tvm_npu.tools.quant_error import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.tools.quantize import (
@@ -372,10 +374,11 @@ def host_option(args: argparse.Namespace) -> tvm.target.Target:
         raise ValueError(f"--host-target {args.host_target!r}: {e}") from None
 
 
-def _load(args: argparse.Namespace) -> tuple[str, LoadedModel, str]:
-    """(name, model, normalised target) of a model command; the target is checked before any work."""
+def _load(args: argparse.Namespace, lean: bool = False) -> tuple[str, LoadedModel, str]:
+    """(name, model, normalised target) of a model command; the target is checked before any work. ``lean``
+    (a command that only compiles): a file's weights stay in it until the compiler reads them once."""
     target = target_option(args)
-    name, model = resolve_model(args.model)
+    name, model = resolve_model(args.model, lean=lean and args.randomize_weights is None)
     model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
     if args.randomize_weights is not None:
         model = randomize_weights(model, args.randomize_weights)
@@ -439,7 +442,7 @@ def _summary(i: int, a: np.ndarray) -> str:
 
 # ----------------------------------------------------------------------------- commands
 def cmd_compile(args: argparse.Namespace) -> int:
-    name, model, target = _load(args)
+    name, model, target = _load(args, lean=True)
     _writable(args.output, "-o")
     host = host_option(args)  # checked before any work
     cross = runnable_triple(host) is not None
@@ -448,7 +451,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          f"write its object files with -o {args.output.with_suffix('.tar')} and link them on the "
                          f"target (tvm.runtime.load_module needs a shared library built there)")
     executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database, host=host)
-    executable.export_library(str(args.output))
+    del model  # (with the build's modules, which hold the weights as Relax constants: not needed to export)
+    info = replace(info, partitioned=None, compiled=None)
+    export_library(executable, args.output)  # the weights' blob in memory once (tvm_npu.tools.export)
     total = info.npu_macs + info.host_macs
     print(f"compiled {name} for '{target}' in {seconds:.1f} s ({_stages(info.stage_seconds)}); "
           f"host part for {host_text(host)}" + (" (cross-compiled: runs on that machine only)" if cross else ""))
