@@ -578,6 +578,8 @@ def _epi_instr(step: Epilogue, shape: tuple[int, int, int], dst: _VecOperand, sr
         return isa.VecHardSigmoid(shape, *dst, *src, dtype, *step.floats, opcode)
     if kind == EpiKind.POW:
         return isa.VecPow(shape, *dst, *src, dtype, step.floats[0])
+    if kind == EpiKind.SCALE:
+        return isa.VecScale(shape, *dst, *src, dtype, *step.floats)
     if kind == EpiKind.CAST:
         return isa.VecCast(shape, *dst, *src, DType.from_str(src_dtype), dtype)
     if kind in (EpiKind.QADD, EpiKind.QADD_R):

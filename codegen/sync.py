@@ -4,7 +4,7 @@ Engines only synchronise through semaphores, so after instruction selection ever
 cross-engine dependence must become a ``Signal`` on the producer's engine right
 after the producer and a ``Wait`` on the consumer's engine right before the
 consumer. Dependences are found on SRAM byte ranges (read-after-write,
-write-after-read, write-after-write; granule = the allocation alignment) and on
+write-after-read, write-after-write; in granules of :func:`granule` bytes) and on
 DRAM tensors. Each ordered engine pair owns one counting semaphore: signals and
 waits on it occur in the same order on both sides, so counts always match and a
 wait never blocks forever. A consumer that already waited for a later instruction
@@ -28,6 +28,9 @@ from tvm_npu.simulator.hazards import overlap
 from tvm_npu.config import HardwareConfig
 
 Range = tuple[int, int]
+
+#: The finest SRAM granule the pass tracks (bytes): a floor on :func:`granule`'s tables' size and time.
+MIN_GRANULE_BYTES = 4
 
 
 def _footprint(accesses: Sequence[isa.Access]) -> tuple[list[Range], list[Range]]:
@@ -55,11 +58,12 @@ def insert_semaphores(
     is the same without it.
     """
     engines = list(isa.Engine)
-    g = hw.sram_align_bytes
-    n_gran = hw.max_sram_bytes // g
+    accesses_of = [ins.accesses() if ins.engine is not None else () for ins in instructions]
+    g = granule(hw, accesses_of)
+    n_gran = -(-hw.max_sram_bytes // g)
     # per engine (row = engine id) and SRAM granule, the last instruction that wrote / read it
-    last_write = np.full((len(engines), n_gran), -1, dtype=np.int64)
-    last_read = np.full((len(engines), n_gran), -1, dtype=np.int64)
+    last_write = np.full((len(engines), n_gran), -1, dtype=np.int32)
+    last_read = np.full((len(engines), n_gran), -1, dtype=np.int32)
     # DRAM dependences by element range per tensor (bounding ranges: conservative), so an operator's
     # first loads wait only for the stores of the rows they read, not for its producer's last store
     # (per tensor and engine, in program order)
@@ -75,7 +79,7 @@ def insert_semaphores(
         e = ins.engine
         if e is None:
             continue
-        accesses = ins.accesses()
+        accesses = accesses_of[i]
         reads, writes = _footprint(accesses)
         need = {f: -1 for f in engines if f != e}
         _need_sram(last_write, reads + writes, g, need)
@@ -100,6 +104,23 @@ def insert_semaphores(
             if d.acc.write:
                 dram_write.setdefault((d.acc.tensor, e), []).append(d)
     return _interleave(instructions, meta, waits_before, signals_after)
+
+
+def granule(hw: HardwareConfig, accesses_of: Sequence[Sequence[isa.Access]]) -> int:
+    """The SRAM granule (bytes) dependences are tracked in: the largest that divides every SRAM range's
+    ends (then two ranges share a granule only if they share a byte), at most the allocation alignment
+    and at least :data:`MIN_GRANULE_BYTES`.
+
+    Why not always the alignment: the versions of a pipelined buffer are contiguous, and one of a
+    9 x 27 x 32 int8 result tile ends mid-granule, so the store of tile i would wait for the epilogue of
+    tile i+1 writing the other version. Why not always a byte: the tables' time grows with their size."""
+    g = hw.sram_align_bytes
+    for accesses in accesses_of:
+        for acc in accesses:
+            if acc.space == isa.Space.SRAM:
+                lo, hi = acc.extent
+                g = math.gcd(g, lo, hi)
+    return max(g, MIN_GRANULE_BYTES)
 
 
 def _semaphore_ids(hw: HardwareConfig, engines: Sequence[isa.Engine]) -> dict[tuple[isa.Engine, isa.Engine], int]:

@@ -28,10 +28,12 @@ from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .conv_transpose import conv_transpose_as_convs
-from .extract import static_shape
+from .extract import const_array, static_shape
 from .lifted import Lifted, with_lifted_constants
+from .log_softmax import log_softmax_rows
 from .lrn import lrn_to_pool
 from .pads import pads_as_operators
+from .pool_chains import pool_chains
 from .quantized import qdq_to_integer
 from .resize import resize_forms
 from .spatial_mean import spatial_mean_keepdims
@@ -40,7 +42,25 @@ from .transformer import transformer_ops
 
 
 def _const_np(expr: relax.Expr) -> np.ndarray:
-    return np.asarray(expr.value.numpy())
+    """A read-only view of a constant's data (no copy of a model's weights while they are folded)."""
+    return const_array(expr)
+
+
+def _folded(value: np.ndarray) -> relax.Expr:
+    """A folded value (an array, or a view such as the transpose of another constant) as a Relax constant,
+    written once into TVM's memory, or sharing it when TVM can take it as it is (C-contiguous, 64-byte
+    aligned): a folded weight is never a numpy copy and then a TVM copy."""
+    if value.flags.c_contiguous and value.ctypes.data % 64 == 0:
+        try:  # (a versioned capsule also carries a read-only view of another constant)
+            return relax.const(tvm.runtime.from_dlpack(value.__dlpack__(max_version=(1, 0))))
+        except (BufferError, TypeError, ValueError, RuntimeError):  # a dtype or layout DLPack cannot carry
+            pass
+    try:
+        out = tvm.runtime.empty(value.shape, str(value.dtype))
+        np.copyto(np.from_dlpack(out), value)
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return relax.const(np.ascontiguousarray(value))
+    return relax.const(out)
 
 
 def _fold_bn_into_conv(func: relax.Function, lifted: Lifted) -> relax.Function:
@@ -346,13 +366,20 @@ _TRANSPOSE_ROWS = 256
 def _transpose(x: np.ndarray, axes: list[int]) -> np.ndarray:
     """``np.transpose``, copied. A large matrix (a dense layer's weights) is copied in bands of rows:
     numpy's element-by-element strided copy misses the cache on every store and takes about twice
-    as long (1.8 s against 0.8 s for 4096 x 9216 float32)."""
+    as long (1.8 s against 0.8 s for 4096 x 9216 float32). Written into TVM's memory (:func:`_tvm_empty`)."""
+    out = _tvm_empty(tuple(x.shape[a] for a in axes), x.dtype)
     if x.ndim != 2 or axes != [1, 0] or x.size < _TRANSPOSE_ROWS * _TRANSPOSE_ROWS:
-        return np.ascontiguousarray(np.transpose(x, axes))
-    out = np.empty(x.shape[::-1], x.dtype)
+        np.copyto(out, np.transpose(x, axes))
+        return out
     for i in range(0, x.shape[0], _TRANSPOSE_ROWS):
         out[:, i:i + _TRANSPOSE_ROWS] = x[i:i + _TRANSPOSE_ROWS].T
     return out
+
+
+def _tvm_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A new array in TVM's own (64-byte aligned) memory: the Relax constant of a value folded into it takes
+    that memory as it is (:func:`_folded`), so a folded weight exists once."""
+    return np.from_dlpack(tvm.runtime.empty(shape, str(dtype)))
 
 
 def _movement(call: relax.Call, x: np.ndarray, out: tuple[int, ...]) -> np.ndarray | None:
@@ -400,7 +427,7 @@ def _evaluate(call: relax.Call, args: list[np.ndarray]) -> np.ndarray | None:
         res = None
     if res is None or res.shape != out or str(res.dtype) != str(dtype):
         return None
-    return np.ascontiguousarray(res)
+    return res  # (may be a view of an operand: _folded writes it into TVM's memory once)
 
 
 @relax.expr_functor.mutator
@@ -427,7 +454,7 @@ class _NumpyFold(relax.PyExprMutator):
         if not operands or not all(isinstance(a, GenericConst) for a in operands):
             return call
         value = _evaluate(call, [_const_np(a) for a in operands])
-        return call if value is None else relax.const(value)
+        return call if value is None else _folded(value)
 
 
 #: Operators whose second argument is their target shape (a ``ShapeExpr``, read from the call's type).
@@ -487,9 +514,11 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.dropout": "dropout removed (inference)",
     "npu.canonicalize.batch-norm": "inference batch-norm folded into the preceding conv2d",
     "npu.canonicalize.decompose": "TVM's DecomposeOpsForInference (other batch-norms as elementwise ops)",
+    "npu.canonicalize.log-softmax": "log_softmax and log(softmax) -> max, subtract, exp, sum, log (a row program)",
     "npu.canonicalize.transformer-ops": "decomposed layer norms and GELUs -> one op each",
     "npu.canonicalize.lrn": "the importer's LRN (avg_pool3d, power, divide) -> an NPU pool and epilogue",
     "npu.canonicalize.spatial-mean": "a mean over H, W without keepdims -> a global average pool and a reshape",
+    "npu.canonicalize.pool-chains": "max pools of one map with a smaller sibling read its result (SPP -> SPPF)",
     "npu.canonicalize.reciprocal-divide": "x / c -> x * (1 / c) for a float constant c",
     "npu.canonicalize.bindings": "TVM's CanonicalizeBindings and DeadCodeElimination",
 }
@@ -515,12 +544,14 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         named("npu.canonicalize.decompose", relax.transform.DecomposeOpsForInference()),
         named("npu.canonicalize.reduce-of-stack", simplify_reduce_of_stack),
         named("npu.canonicalize.activations", canonical_activations),
+        named("npu.canonicalize.log-softmax", log_softmax_rows),  # before transformer-ops: rows_last moves its axis
         named("npu.canonicalize.transformer-ops", transformer_ops),  # exporters' decomposed layer norms and
         # GELUs -> one op each
         named("npu.canonicalize.lrn", lrn_to_pool),  # the importer's LRN (avg_pool3d, power, divide) -> pool
         # over a view + epilogue
         named("npu.canonicalize.spatial-mean", spatial_mean_keepdims),  # after QDQ (which does the 8-bit form)
         named("npu.canonicalize.fold-constants", fold_constants),
+        named("npu.canonicalize.pool-chains", pool_chains),  # after QDQ: 8-bit pools chain the same way
         named("npu.canonicalize.reciprocal-divide", reciprocal_divide),  # after folding: a batch-norm's divisor
         # is then one constant
         named("npu.canonicalize.bindings", tvm.transform.Sequential([

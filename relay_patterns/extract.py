@@ -45,6 +45,7 @@ from tvm_npu.core.ops import (
     View,
 )
 
+from .qdivide import quotient_of
 from .qlut import table_of
 from .symbolic import probe_dim
 
@@ -463,7 +464,7 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
         vec = np.broadcast_to(arr.reshape(-1), (out.shape[axis],)).astype(np.float32)
         return Epilogue(step.kind, region.add_const(vec), Broadcast.CHANNEL, ints=step.ints, dtype=step.dtype)
     if isinstance(step.operand, GenericConst):
-        arr = const_array(step.operand)
+        arr, params = const_array(step.operand), {"ints": step.ints, "dtype": step.dtype, "floats": step.floats}
         try:
             const_axis = _broadcast_axis(tuple(arr.shape), out.shape)
         except ValueError:
@@ -473,15 +474,15 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
         elif const_axis == axis:
             vec = arr.reshape(-1)
         elif tuple(arr.shape) == out.shape:
-            return Epilogue(step.kind, region.add_const(arr, out.layout))
+            return Epilogue(step.kind, region.add_const(arr, out.layout), **params)
         elif _materialised(tuple(arr.shape), out.shape):
             full = np.ascontiguousarray(np.broadcast_to(arr, out.shape))
-            return Epilogue(step.kind, region.add_const(full, out.layout))
+            return Epilogue(step.kind, region.add_const(full, out.layout), **params)
         else:
             raise ValueError(f"constant of shape {arr.shape} does not broadcast along the channel axis {axis} "
                              f"of the output {out.shape}")
         kind = EpiKind.BIAS if step.kind == EpiKind.ADD else step.kind
-        return Epilogue(kind, region.add_const(vec), Broadcast.CHANNEL)
+        return Epilogue(kind, region.add_const(vec), Broadcast.CHANNEL, **params)
     ref = region.ref(step.operand, out.layout)
     if ref.shape != out.shape and step.kind in _CHANNEL_TENSOR_KINDS and _tensor_axis(ref.shape, out.shape) == axis:
         # one value per channel computed on the NPU (a squeeze-and-excitation scale): read as a vector
@@ -498,7 +499,8 @@ def _epilogue(step: _Step, out: TensorRef, axis: int, region: _Region) -> Epilog
 #: Steps whose operand may be a per-channel tensor computed in the partition (not only a constant): a
 #: squeeze-and-excitation scale, an 8-bit ``[N, C, 1, 1]`` addend (QADD), the other side of an 8-bit
 #: maximum / minimum / difference (:mod:`.qbinary`).
-_CHANNEL_TENSOR_KINDS = frozenset({EpiKind.MUL, EpiKind.ADD, EpiKind.QADD, EpiKind.MAX, EpiKind.MIN, EpiKind.SUB})
+_CHANNEL_TENSOR_KINDS = frozenset({EpiKind.MUL, EpiKind.ADD, EpiKind.QADD, EpiKind.QMUL, EpiKind.MAX, EpiKind.MIN,
+                                   EpiKind.SUB})
 
 
 def _tensor_axis(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> int | None:
@@ -517,6 +519,9 @@ def _walk_chain(root: relax.Call, region: _Region) -> tuple[relax.Call | None, r
     while True:
         op = call.op.name
         kind = BY_RELAX_OP.get(op)
+        if op == "relax.quantize" and (qmul := _qmul_step(call, region)) is not None:
+            steps.append(qmul[0])
+            return None, qmul[1], steps[::-1]
         if op == "relax.quantize" and _is_rescaled_add(call, region):
             step, data = _qadd_step(call, region)
             steps.append(step)
@@ -563,6 +568,9 @@ def _unary_steps(call: relax.Call, op: str, kind: EpiKind | None,
     value; None for any other call (a binary operator, a main operator)."""
     if op == "relax.quantize":
         return _float_quantize_steps(call), call.args[0]
+    if (quotient := quotient_of(call, region.resolve)) is not None:  # a quantize's exact y / s (.qdivide)
+        y, r = quotient
+        return [_Step(EpiKind.SCALE, floats=(r, 0.0))], y
     if op == "relax.astype":
         if not _dtype(call.attrs.dtype).is_float:
             raise ValueError(f"astype to {call.attrs.dtype} truncates; the NPU's cast rounds (accepted: to a "
@@ -667,8 +675,8 @@ def _unit_quantize(call: relax.Call) -> tuple[DType, int]:
         raise ValueError("quantize with a per-axis or non-constant scale; accepted: one constant scale of 1")
     if float(const_array(scale).reshape(())) != 1.0:
         raise ValueError(f"quantize by scale {np.float32(const_array(scale).reshape(()))!s}: the NPU multiplies by "
-                         "1 / scale, and the integer rewrite turns a quantize by a positive scale with a finite "
-                         "float32 reciprocal into that multiply and a quantize by 1; accepted: scale 1")
+                         "1 / scale, and the integer rewrite turns a quantize by a positive normal float32 scale into "
+                         "that exact multiply (relay_patterns/qdivide.py) and a quantize by 1; accepted: scale 1")
     dtype = _dtype(call.ty.dtype)
     if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
         raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
@@ -711,12 +719,70 @@ def _qadd_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Expr]:
     return _Step(EpiKind.QADD, b, ints=(lo, hi), dtype=dtype, floats=floats), a
 
 
+def _shifted_8bit(expr: relax.Expr, region: _Region) -> tuple[relax.Expr, int] | None:
+    """(x, z) of ``astype(x, float32) - z`` (or ``astype(x, float32)``, z = 0) with an 8-bit x from outside the
+    region; None for anything else."""
+    call = region.call(expr)
+    z = 0.0
+    if call is not None and call.op.name == "relax.subtract" and isinstance(call.args[1], GenericConst):
+        z = float(const_array(call.args[1]))
+        call = region.call(call.args[0])
+    if call is None or call.op.name != "relax.astype" or str(call.attrs.dtype) != "float32" or not z.is_integer():
+        return None
+    x = call.args[0]
+    if region.call(x) is not None or not _dtype(x.ty.dtype).is_quantized:
+        return None
+    return x, int(z)
+
+
+def _integer_constant(expr: relax.Expr, dtype: DType) -> tuple[relax.Expr, int] | None:
+    """(``c + z`` as a constant of 8-bit ``dtype``, ``z``) for a float32 constant ``c`` of integers spanning at
+    most the type's range (a constant factor ``b - z_b`` of a product, folded): ``c`` is ``(c + z) - z``
+    exactly; None for any other expression."""
+    if not isinstance(expr, GenericConst):
+        return None
+    arr = const_array(expr)
+    lo, hi = quant.qrange(dtype)
+    if arr.dtype != np.float32 or arr.size == 0 or not np.all(arr == np.rint(arr)) or arr.max() - arr.min() > hi - lo:
+        return None
+    z = int(lo - arr.min()) if arr.min() < lo else int(hi - arr.max()) if arr.max() > hi else 0
+    return relax.const((arr + z).astype(dtype.np)), z
+
+
+def _qmul_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Expr] | None:
+    """``quantize((astype(a) - z_a) * (astype(b) - z_b) * ratio + z_y, 1, 0)`` (:mod:`.qbinary`, QLinearMul) ->
+    the QMUL step with ``b`` as its operand, and ``a``; None for any other quantize."""
+    total = region.call(call.args[0])
+    if total is None or total.op.name != "relax.add" or not isinstance(total.args[1], GenericConst):
+        return None
+    scaled = region.call(total.args[0])
+    if scaled is None or scaled.op.name != "relax.multiply" or not isinstance(scaled.args[1], GenericConst):
+        return None
+    product = region.call(scaled.args[0])
+    sides = [] if product is None or product.op.name != "relax.multiply" else [
+        _shifted_8bit(arg, region) for arg in product.args]
+    if len(sides) == 2 and sides[0] is not None and sides[1] is None:  # a constant second factor
+        sides[1] = _integer_constant(product.args[1], _dtype(sides[0][0].ty.dtype))
+    zero_y = float(const_array(total.args[1]))
+    if len(sides) != 2 or None in sides or not zero_y.is_integer() or _unit_quantize(call)[1] != 0:
+        return None
+    (a, zero_a), (b, zero_b) = sides
+    dtype = _unit_quantize(call)[0]
+    lo, hi = quant.qrange(dtype)
+    ints = (zero_a, zero_b, int(zero_y), lo, hi)
+    return _Step(EpiKind.QMUL, b, ints=ints, dtype=dtype, floats=(float(const_array(scaled.args[1])),)), a
+
+
+#: Steps whose output clamp (their last two ints) absorbs an integer clip right after them.
+_CLAMPED = (EpiKind.REQUANT, EpiKind.QADD, EpiKind.QMUL)
+
+
 def _merge_clamps(steps: list[_Step]) -> list[_Step]:
     """An integer clip right after a requantisation narrows its output clamp (one instruction)."""
     out: list[_Step] = []
     for step in steps:
         prev = out[-1] if out else None
-        if step.kind == EpiKind.CLIP and prev is not None and prev.kind in (EpiKind.REQUANT, EpiKind.QADD):
+        if step.kind == EpiKind.CLIP and prev is not None and prev.kind in _CLAMPED:
             *head, lo, hi = prev.ints
             if step.lo != int(step.lo) or step.hi != int(step.hi):
                 raise ValueError(f"clip bounds {step.lo}, {step.hi} of an 8-bit value are not integers")
@@ -782,7 +848,7 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
         if acc != spec.data.dtype:
             raise ValueError("max pooling must keep its input type")
     elif isinstance(spec, ElementwiseSpec) and spec.data.dtype.is_quantized and spec.epilogue \
-            and spec.epilogue[0].kind in (EpiKind.QADD, EpiKind.CAST, EpiKind.LUT):
+            and spec.epilogue[0].kind in (EpiKind.QADD, EpiKind.QMUL, EpiKind.CAST, EpiKind.LUT):
         pass  # an 8-bit residual add, a dequantization or a table (check_dtype below checks operand / types)
     elif not spec.data.dtype.is_float or acc != spec.data.dtype:
         raise ValueError(f"{spec.name} on {spec.data.dtype.np.name} is not supported; accepted: float32, float16 "

@@ -54,13 +54,15 @@ ROWWISE: dict[str, DFPattern] = {
 }
 
 #: The float forms :mod:`.quantized` gives a dequantize / quantize it leaves around a float operator:
-#: ``(astype(x) - z) * s`` (cast, subtract, multiply) and ``quantize([y * (1 / s)], 1, z)`` (multiply, a
-#: cast to int32 and a requantisation by 1); a quantize by another scale is refused with the reason.
+#: ``(astype(x) - z) * s`` (cast, subtract, multiply) and ``quantize(astype(astype(y, f64) * (1 / s), f32), 1, z)``
+#: (the exact quotient, :mod:`.qdivide`: a VSCALE, a cast to int32 and a requantisation by 1); a quantize it
+#: leaves (a scale that is not a positive normal float32) is refused with the reason.
 LONE_QDQ: dict[str, DFPattern] = {
     "dequantize": is_op("relax.multiply")(is_op("relax.subtract")(is_op("relax.astype")(wildcard()), is_const()),
                                           is_const()),
-    "quantize_scaled": is_op("relax.quantize")(is_op("relax.multiply")(wildcard(), is_const()), is_const(),
-                                               is_const()),
+    "quantize_scaled": is_op("relax.quantize")(
+        is_op("relax.astype")(is_op("relax.multiply")(is_op("relax.astype")(wildcard()), is_const())), is_const(),
+        is_const()),
     "quantize": is_op("relax.quantize")(wildcard(), is_const(), is_const()),
 }
 
@@ -135,6 +137,19 @@ def _rescaled_add(clip: bool) -> DFPattern:
         return is_op("relax.multiply")(is_op("relax.astype")(wildcard()), is_const())
 
     total = is_op("relax.add")(is_op("relax.add")(scaled(), is_const()), scaled())
+    out = is_op("relax.quantize")(total, is_const(), is_const())
+    return is_op("relax.clip")(out, wildcard(), wildcard()) if clip else out
+
+
+def _rescaled_mul(clip: bool) -> DFPattern:
+    """``quantize((astype(a) - za) * (astype(b) - zb) * ratio + zy)`` [-> clip]: the 8-bit product of
+    :mod:`.qbinary` (a zero point of 0 leaves the subtraction out)."""
+    def shifted() -> DFPattern:
+        cast = is_op("relax.astype")(wildcard())
+        return is_op("relax.subtract")(cast, is_const()) | cast
+
+    product = is_op("relax.multiply")(shifted(), shifted() | is_const())  # a constant factor: folded b - zb
+    total = is_op("relax.add")(is_op("relax.multiply")(product, is_const()), is_const())
     out = is_op("relax.quantize")(total, is_const(), is_const())
     return is_op("relax.clip")(out, wildcard(), wildcard()) if clip else out
 
@@ -269,6 +284,7 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(_variant_name("matmul", bias, residual, act), _with_epilogue(matmul, bias, residual, act))
     for clip in (True, False)[target.options.fusion == 0:]:
         add(f"{PREFIX}.qadd{'_clip' if clip else ''}", _rescaled_add(clip))
+        add(f"{PREFIX}.qmul{'_clip' if clip else ''}", _rescaled_mul(clip))
     # a constant pad before a max pool (Keras ZeroPadding2D): the pool's padding reads its value
     add(f"{PREFIX}.max_pool2d_pad", is_op("relax.nn.max_pool2d")(is_op("relax.nn.pad")(wildcard())))
     for name, op in POOLS.items():

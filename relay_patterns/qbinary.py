@@ -5,7 +5,8 @@ second 8-bit tensor (``dequantize`` with per-tensor parameters; a constant one t
 initializer, or a ``dequantize`` of a constant with per-axis parameters), broadcasting either way (a scalar,
 one value per channel, a ``[N, C, 1, 1]`` gate, a full tensor), becomes float32 Relax arithmetic ending in
 ``quantize(v, 1, z)``: element for element the integer rule of the reference below, computed by the NPU's
-vector steps (a cast of the 8-bit tensor, float32 ``+ * max min`` with broadcast operands, a quantize by 1)
+vector steps (a product of two 8-bit tensors as one ``QMUL`` step, ``VQMUL``; a sum as one ``QADD`` step;
+otherwise a cast of the 8-bit tensor, float32 ``+ * max min`` with broadcast operands, a quantize by 1)
 and by llvm alike, so the two agree bit for bit. The chain runs in the epilogue of the operator producing the
 full-shape tensor where the plan can fuse it, as one vector pass otherwise.
 

@@ -47,16 +47,11 @@ arithmetic the NPU runs in the same partition (:class:`_LoneQdq`):
 * ``dequantize(x, s, z)`` of an 8-bit tensor with one scale and zero point becomes
   ``(astype(x, float32) - z) * s``: exactly onnxruntime's DequantizeLinear (``float32(x - z) * s``;
   the subtraction of two small integers is exact in float32), and exactly TVM's legalisation.
-* ``quantize(y, s, z)`` of a float32 ``y`` (any positive ``s`` with a finite float32 reciprocal) becomes
-  ``quantize(y * r, 1, z)`` with ``r = float32(1 / s)``: the NPU has no divide. For a power-of-two ``s``
-  (TFLite's softmax output scale, 1/256) ``r`` is exact and so is the product, the correctly rounded
-  ``y / s`` onnxruntime's QuantizeLinear divides to. For any other ``s`` the product can differ from
-  that quotient in the last bit, which matters only where the quotient lies within a few units in the
-  last place of a rounding tie (``n + 1/2``): there ``rint(y * r)`` and ``rint(float32(y / s))`` can
-  differ, by one step, never more. Measured (``tests/relay_patterns/test_lone_quantize.py``; 2,000 random scales in
-  ``[1e-4, 1]``): 3 of 10,000,000 random float32 values differ, and 0.7 % of the float32 values within
-  8 units in the last place of a tie. An exact quotient would need a correction with a fused
-  multiply-add of two tensors (``y - q * s`` rounded once), which the vector engine does not have.
+* ``quantize(y, s, z)`` of a float32 ``y`` by any positive normal ``s`` becomes ``quantize(q, 1, z)`` with
+  ``q = astype(astype(y, float64) * float64(1 / s), float32)``: the NPU has no divide, and this is
+  exactly the float32 quotient ``y / s`` onnxruntime's QuantizeLinear rounds, for every ``y``
+  (:mod:`.qdivide` gives the argument; one ``VSCALE`` on the NPU). A float32 multiply by ``float32(1 / s)``
+  would not be: it moves rounding ties by one step for 1.6 % of the values near them.
 
 Anything else stays as it was: fp32 between ``dequantize`` and ``quantize`` (the float
 operator is offloaded like any fp32 operator; a quantize / dequantize the rules above do not
@@ -77,7 +72,7 @@ from tvm_npu.simulator import quant
 
 from tvm_npu.config import DType
 
-from . import qbinary, qlut, qpad
+from . import qbinary, qdivide, qlut, qpad
 from .patterns import HostFallbackWarning
 from .spatial_mean import spatial_layout
 
@@ -519,13 +514,11 @@ class _LoneQdq(relax.PyExprMutator):
         s = np.float32(_scalar(q.args[1], "scale"))
         if out_dt is None or not out_dt.is_quantized or str(q.args[0].ty.dtype) != "float32" or s == 1:
             return q
-        with np.errstate(over="ignore"):  # a subnormal scale's reciprocal overflows
-            inverse = np.float32(1) / s if np.isfinite(s) and s > 0 else np.float32(np.inf)
-        if not np.isfinite(inverse):
-            return q  # no finite reciprocal to multiply by: the pattern table says why it stays
-        scaled = self.builder_.emit(relax.op.multiply(q.args[0], relax.const(inverse)))
-        return relax.op.quantize(scaled, relax.const(1.0, "float32"), q.args[2], axis=int(q.attrs.axis),
-                                 out_dtype=out_dt.np.name)
+        quotient = qdivide.quotient(q.args[0], float(s), self.builder_.emit)
+        if quotient is None:
+            return q  # not a positive normal scale: the pattern table says why it stays
+        return relax.op.quantize(self.builder_.emit(quotient), relax.const(1.0, "float32"), q.args[2],
+                                 axis=int(q.attrs.axis), out_dtype=out_dt.np.name)
 
 
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.QdqToInteger")

@@ -28,8 +28,10 @@ sums factored back (the factor shared by most terms first, per-position constant
 ``(x - m) * r * g + b`` is computed as written), ``a + (-k) * b`` as the subtraction of ``k * b``, ``k * a + c`` as
 one ``VSCALE``, ``recip(sqrt(a))`` as one ``VRSQRT``, a maximum or minimum with a constant as one
 ``VCLIP``. The vector engine's instructions are the vocabulary: ``VRSUM``, ``VRMAX``, ``VADD``,
-``VSUB``, ``VMUL``, ``VMAX``, ``VMIN``, ``VSCALE``, ``VEXP``, ``VRECIP``, ``VRSQRT``, ``VPOW``, ``VCLIP``;
-it has no logarithm, so a log-softmax is no program (:class:`NotRowwise`).
+``VSUB``, ``VMUL``, ``VMAX``, ``VMIN``, ``VSCALE``, ``VEXP``, ``VLOG``, ``VRECIP``, ``VRSQRT``, ``VPOW``,
+``VCLIP``. A log splits over products (``log(exp(u) * v) = u + log(v)``, ``log(v / s) = log(v) - log(s)`` for
+a positive ``s``), so ``log(softmax(x))`` and ``x - m - log(sum(exp(x - m)))`` are one form, and a sum some
+of whose terms are also a sum inside another term (log-softmax's ``x - m``) starts from that sum.
 """
 
 from __future__ import annotations
@@ -181,6 +183,39 @@ def exp(a: Node) -> Node:
     return const(math.exp(a[1])) if a[0] == "c" else ("exp", a)
 
 
+def _positive(n: Node) -> bool:
+    """``n`` is > 0 wherever it is defined, whatever the data (an exp, a sum or product of such)."""
+    tag = n[0]
+    if tag == "c":
+        return n[1] > 0.0
+    if tag in ("exp", "recip", "rsum", "sqrt"):
+        return _positive(n[1]) or tag == "exp"
+    if tag == "mul":
+        return n[1] > 0.0 and all(_positive(f) for f in n[2])
+    if tag == "add":
+        return all(_positive(t) for t in n[1])
+    return False
+
+
+def log(a: Node) -> Node:
+    """``ln(a)``: ``log(exp(u) * v) = u + log(v)`` for any ``v``, ``log(v / s) = log(v) - log(s)`` for a positive
+    ``s`` (both exact identities, nan and -inf alike), so ``log(softmax(x))`` and ``x - m - log(sum(exp(x - m)))``
+    are one form."""
+    if a[0] == "c":
+        return const(math.log(a[1])) if a[1] > 0.0 else ("log", a)
+    if a[0] == "exp":
+        return a[1]
+    if a[0] == "recip" and _positive(a[1]):
+        return neg(log(a[1]))
+    k, fs = _split(a)
+    out = [f[1] if f[0] == "exp" else neg(log(f[1])) for f in fs
+           if f[0] == "exp" or (f[0] == "recip" and _positive(f[1]))]
+    if not out:
+        return ("log", a)
+    rest = _monomial(k, [f for f in fs if not (f[0] == "exp" or (f[0] == "recip" and _positive(f[1])))])
+    return add(*out) if rest == const(1.0) else add(log(rest), *out)
+
+
 def power(a: Node, p: float) -> Node:
     small = {1.0: lambda: a, 2.0: lambda: mul(a, a), 3.0: lambda: mul(a, a, a), 0.5: lambda: sqrt(a),
              -0.5: lambda: rsqrt(a), -1.0: lambda: recip(a)}
@@ -283,7 +318,7 @@ class _Emitter:
             return self.step(n, RowStep(_OP.VPOW, self.value(n[1]), row=row, scale=0.5))
         if tag == "pow":
             return self.step(n, RowStep(_OP.VPOW, self.value(n[2]), row=row, scale=n[1]))
-        unary = {"recip": _OP.VRECIP, "exp": _OP.VEXP}
+        unary = {"recip": _OP.VRECIP, "exp": _OP.VEXP, "log": _OP.VLOG}
         if tag not in unary:
             raise NotRowwise(f"no vector instruction computes {tag}")
         return self.step(n, RowStep(unary[tag], self.value(n[1]), row=row))
@@ -322,6 +357,9 @@ class _Emitter:
     def _sum(self, n: Node) -> str:
         """A sum: common factors taken out first (:func:`factor`), ``a + (-1) b`` as ``a - b``, a constant
         term folded into the scale of a lone ``k * a`` term."""
+        shared = _shared_sum(n)
+        if shared is not None:
+            return self._extend(n, shared)
         constant = sum(t[1] for t in n[1] if t[0] == "c")
         terms = [t for t in n[1] if t[0] != "c"]
         row = level(n) < 2
@@ -342,6 +380,21 @@ class _Emitter:
         self.memo[n] = acc
         return acc
 
+    def _extend(self, n: Node, shared: Node) -> str:
+        """``n`` as the sum ``shared`` (computed once, as another step needs it too) plus its other terms, the
+        subtracted ones last (``x - m - log(s)`` as ``(x - m) - log(s)``, as onnxruntime computes it)."""
+        acc = self.value(shared)
+        row = level(n) < 2
+        for t in sorted((t for t in n[1] if t not in shared[1]), key=lambda t: (_negative(t), t[0] == "c")):
+            if t[0] == "c":
+                acc = self.step(None, RowStep(_OP.VSCALE, acc, row=row, shift=t[1]))
+            elif _negative(t):
+                acc = self.step(None, RowStep(_OP.VSUB, acc, self.value(_monomial(-t[1], t[2])), row=row))
+            else:
+                acc = self.step(None, RowStep(_OP.VADD, acc, self.value(t), row=row))
+        self.memo[n] = acc
+        return acc
+
     def _part(self, p: tuple) -> str:
         """A term of a factored sum: ``("factored", f, rest)`` is ``rest * f``."""
         if p[0] != "factored":
@@ -349,6 +402,25 @@ class _Emitter:
         _, f, inner = p
         rows = level(inner) < 2 and level(f) < 2
         return self.step(None, RowStep(_OP.VMUL, self.value(inner), self.value(f), row=rows))
+
+
+def _shared_sum(n: Node) -> Node | None:
+    """The largest sum of some of ``n``'s terms that also occurs inside one of its terms (log-softmax's ``x - m``
+    in ``x - m - log(sum(exp(x - m)))``), of ``n``'s shape (a full tile stays the first source), else None."""
+    found: list[Node] = []
+
+    def walk(m: Node) -> None:
+        if m[0] == "add" and len(m[1]) < len(n[1]) and level(m) == level(n) and all(t in n[1] for t in m[1]):
+            found.append(m)
+        if m[0] not in ("x", "c", "p"):
+            for c in _children(m):
+                walk(c)
+
+    for t in n[1]:
+        if t[0] not in ("x", "c", "p"):
+            for c in _children(t):
+                walk(c)
+    return max(found, key=lambda m: (len(m[1]), repr(m)), default=None)
 
 
 def _negative(p: tuple) -> bool:

@@ -1,7 +1,7 @@
 """Normalisations as exporters wrote them, found in Relax and made one row-wise NPU operator each.
 
 A *row program* is a connected subgraph of elementwise operators (add, subtract, multiply, divide,
-maximum, minimum, clip, power by a constant, sqrt, rsqrt, exp, negative), row reductions (sum, mean,
+maximum, minimum, clip, power by a constant, sqrt, rsqrt, exp, log, abs, negative), row reductions (sum, mean,
 max, min, variance over a set of trailing axes, ``keepdims``), reshapes and broadcasts of per-row
 values over their rows, computed from ONE tensor ``x`` and constants, whose one result has ``x``'s
 element count. The reductions fix the row: ``cols`` consecutive elements of ``x`` in row-major
@@ -14,7 +14,7 @@ whose vector-step program the row-wise template runs.
 At partition time :func:`row_program_entries` finds the programs of a module and gives one
 ``npu.row_program`` pattern per found structure (the subgraph's own, highest priority), whose check
 builds the operator as the codegen will (:func:`row_program_spec`) and asks the planner whether it
-fits; anything else (a log, a reduction over leading axes, two inputs) leaves the subgraph as the
+fits; anything else (a reduction over non-contiguous axes, two inputs) leaves the subgraph as the
 operators it is.
 """
 
@@ -49,10 +49,10 @@ _BINARY: dict[str, Callable[[alg.Node, alg.Node], alg.Node]] = {
 }
 _UNARY: dict[str, Callable[[alg.Node], alg.Node]] = {
     "relax.sqrt": alg.sqrt, "relax.rsqrt": alg.rsqrt, "relax.exp": alg.exp, "relax.negative": alg.neg,
+    "relax.log": alg.log, "relax.abs": lambda a: alg.maximum(a, alg.neg(a)),
 }
 _IMM = (tvm.tirx.FloatImm, tvm.tirx.IntImm)  # scalar attributes passed as arguments (a clip's bounds)
-_OPS = REDUCTIONS | set(_BINARY) | set(_UNARY) | {"relax.power", "relax.reshape", "relax.broadcast_to", "relax.clip",
-                                                    "relax.log"}
+_OPS = REDUCTIONS | set(_BINARY) | set(_UNARY) | {"relax.power", "relax.reshape", "relax.broadcast_to", "relax.clip"}
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,6 @@ class _Canon:
         if op in _BINARY:
             a, b = (self._operand(x, out, call.args[1 - i]) for i, x in enumerate(call.args))
             return _BINARY[op](a, b)
-        if op == "relax.log":
-            raise alg.NotRowwise("the vector engine has no logarithm (VEXP, VRECIP, VRSQRT, VPOW are its "
-                                 "transcendental steps): a log-softmax stays on the host")
         raise alg.NotRowwise(f"{op} is not an elementwise operator or a row reduction")
 
     def _full(self, expr: relax.Expr) -> alg.Node:

@@ -29,7 +29,7 @@ from .errors import ProgramFormatError
 
 MAGIC = b"NPUP"
 FORMAT_VERSION = 3  # 2: uint8, Conv.pad_value, VecRequant with fp32 multipliers; 3: VDWCONV (and new vector
-# ops: VLUT 0x3E, a new opcode that older decoders reject as unknown, so the version stays)
+# ops: VLUT 0x3E, VLOG 0x67, new opcodes that older decoders reject as unknown, so the version stays)
 _HEADER = struct.Struct("<4sHHQIIQ")
 _TRAILER = struct.Struct("<I")
 _TENSOR_HEAD = struct.Struct("<BBB")

@@ -74,6 +74,7 @@ class Opcode(enum.IntEnum):
     VRMAX = 0x64
     VRSUM = 0x65
     VPOW = 0x66
+    VLOG = 0x67
     SIGNAL = 0x50
     WAIT = 0x51
     END = 0xFF
@@ -399,13 +400,13 @@ class VecBinary(_VecBase):
 @dataclass(frozen=True, slots=True)
 class VecUnary(_VecBase):
     """``dst = f(src)`` for relu, sigmoid, tanh, gelu (erf form), copy/transpose, and the
-    row-wise operators' exp, reciprocal ``1/x``, reciprocal square root ``1/sqrt(x)`` and
-    gelu in its tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, and swish
-    (silu) ``x * sigmoid(x)``.
+    row-wise operators' exp, natural log ``ln(x)`` (log-softmax's ``log(sum(exp))``), reciprocal
+    ``1/x``, reciprocal square root ``1/sqrt(x)`` and gelu in its tanh form ``0.5 x (1 +
+    tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, and swish (silu) ``x * sigmoid(x)``.
 
-    Sigmoid, tanh, gelu (both forms), exp, reciprocal, rsqrt and swish take float dtypes only,
-    are evaluated in float64 and rounded once to ``dtype`` (nearest even; IEEE results for
-    0 and negative inputs: inf, nan). Relu and copy take every dtype.
+    Sigmoid, tanh, gelu (both forms), exp, log, reciprocal, rsqrt and swish take float dtypes
+    only, are evaluated in float64 and rounded once to ``dtype`` (nearest even; IEEE results for
+    0 and negative inputs: inf, -inf, nan). Relu and copy take every dtype.
     """
 
     dtype: DType
@@ -413,11 +414,11 @@ class VecUnary(_VecBase):
 
     OPS: ClassVar[frozenset[Opcode]] = frozenset(
         {Opcode.VRELU, Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU, Opcode.VCOPY,
-         Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU_TANH, Opcode.VSILU}
+         Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU_TANH, Opcode.VSILU, Opcode.VLOG}
     )
     TRANSCENDENTAL: ClassVar[frozenset[Opcode]] = frozenset(
         {Opcode.VSIGMOID, Opcode.VTANH, Opcode.VGELU, Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU_TANH,
-         Opcode.VSILU}
+         Opcode.VSILU, Opcode.VLOG}
     )
 
     @property
@@ -874,8 +875,8 @@ class End:
 
 Instruction = (
     DmaLoad | DmaStore | MatMul | Conv | VecBinary | VecUnary | VecClip | VecScale | VecHardSigmoid | VecPow
-    | VecBiasAdd | VecRequant | VecQAdd | VecQMul | VecCast | VecLut | VecReduce | Pool | PaddedMaxPool | DwConv | Signal
-    | Wait | End
+    | VecBiasAdd | VecRequant | VecQAdd | VecQMul | VecCast | VecLut | VecReduce | Pool | PaddedMaxPool | DwConv
+    | Signal | Wait | End
 )
 
 #: Which record class each opcode decodes into.

@@ -125,6 +125,7 @@ _TRANSCENDENTAL: dict[isa.Opcode, Callable[[np.ndarray], np.ndarray]] = {
     isa.Opcode.VGELU: lambda x: 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0))),
     isa.Opcode.VGELU_TANH: lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * (x * x * x)))),
     isa.Opcode.VEXP: np.exp,
+    isa.Opcode.VLOG: np.log,
     isa.Opcode.VRECIP: np.reciprocal,
     isa.Opcode.VRSQRT: lambda x: 1.0 / np.sqrt(x),
     isa.Opcode.VSILU: lambda x: x * special.expit(x),

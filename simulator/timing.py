@@ -8,7 +8,7 @@ BW = dram_bytes_per_cycle::
     Conv    tensor_issue_cycles + groups * ceil(K/R) * ceil(N/C) * M * P       (implicit GEMM,
             per group M = out_h*out_w, K = (in_c/groups)*kernel_h*kernel_w, N = out_c/groups)
     Vec*    vector_issue_cycles + ceil(n/L) * c                                 (n = prod(shape);
-            c = transcendental_cycles for VSIGMOID/VTANH/VGELU/VGELU_TANH/VEXP/VRECIP/VRSQRT/VSILU,
+            c = transcendental_cycles for VSIGMOID/VTANH/VGELU/VGELU_TANH/VEXP/VLOG/VRECIP/VRSQRT/VSILU,
             else 1; VPOW: 2 * transcendental_cycles, a log and an exp; VLUT: 1, one table
             lookup per lane per cycle, the 256-entry table having come in by an ordinary DMA load,
             priced like any: dma_latency + ceil(bursts * B / BW), 256 bytes = 4 bursts at B = 64)

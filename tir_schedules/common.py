@@ -12,7 +12,10 @@ conventions the codegen relies on:
 * the innermost tile loop with more than one iteration carries the
   ``software_pipeline_stage`` annotation: loads in stage 0, compute in
   ``stages - 1``, stores in ``stages`` -- ``InjectSoftwarePipeline`` then gives
-  every streamed SRAM buffer ``stages`` versions.
+  every streamed SRAM buffer ``stages`` versions. A tensor-engine operator's epilogue
+  may have a stage of its own (``stages``, its operands loaded in ``stages - 1``, the
+  store in ``stages + 1``): the accumulator and the result then have two versions, and
+  the vector engine finishes output tile i while the tensor engine computes tile i+1.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Scheduled:
     aliases: dict[str, str] = field(default_factory=dict)  # SRAM buffer -> buffer it may share storage with
     loads: list[s_tir.SBlockRV] = field(default_factory=list)
     stores: list[s_tir.SBlockRV] = field(default_factory=list)
+    epilogue: list[s_tir.SBlockRV] = field(default_factory=list)  # the epilogue steps under the tile loop
+    operand_loads: list[s_tir.SBlockRV] = field(default_factory=list)  # their per-tile operand loads (in loads)
 
 
 def placeholder(ref: TensorRef, shape: Sequence[int] | None = None, name: str | None = None) -> te.Tensor:
@@ -141,6 +146,7 @@ def stage_operand(sch: s_tir.Schedule, res: Scheduled, block: s_tir.SBlockRV, id
         res.loads.append(op_s)
     else:
         res.loads.append(attach(sch, op_s, loop, SiteKind.DMA))
+        res.operand_loads.append(op_s)
 
 
 def split(sch: s_tir.Schedule, loop: s_tir.LoopRV, tile: int) -> tuple[s_tir.LoopRV, s_tir.LoopRV]:
@@ -177,20 +183,63 @@ def buffer_name(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> str:
 
 
 def pipeline(sch: s_tir.Schedule, loop: s_tir.LoopRV, stages: int, loads: Sequence[s_tir.SBlockRV],
-             stores: Sequence[s_tir.SBlockRV]) -> None:
-    """Annotate ``loop`` for ``InjectSoftwarePipeline`` (no-op for one stage or one iteration)."""
+             stores: Sequence[s_tir.SBlockRV], epilogue: Sequence[s_tir.SBlockRV] = (),
+             operand_loads: Sequence[s_tir.SBlockRV] = ()) -> None:
+    """Annotate ``loop`` for ``InjectSoftwarePipeline`` (no-op for one stage or one iteration).
+
+    ``epilogue`` (blocks under ``loop``) get a stage of their own after the compute, their
+    ``operand_loads`` the compute's stage (two versions, not ``stages + 1``) and the stores the
+    stage after the epilogue: every buffer between two engines then has two versions.
+    """
     extent = sch.get(loop).extent
     if stages < 2 or not isinstance(extent, tirx.IntImm) or int(extent.value) < 2:
         return
-    load_names = {sch.get(b).name_hint for b in loads}
-    store_names = {sch.get(b).name_hint for b in stores}
+    names = {kind: {sch.get(b).name_hint for b in blocks}
+             for kind, blocks in (("load", loads), ("store", stores), ("epi", epilogue), ("opnd", operand_loads))}
+    late = 1 if epilogue else 0
     children = sch.get_child_blocks(loop)
     stage_of = []
     for b in children:
         name = sch.get(b).name_hint
-        stage_of.append(0 if name in load_names else stages if name in store_names else stages - 1)
+        if name in names["opnd"] and late:
+            stage_of.append(stages - 1)
+        elif name in names["load"]:
+            stage_of.append(0)
+        elif name in names["store"]:
+            stage_of.append(stages + late)
+        else:
+            stage_of.append(stages if name in names["epi"] else stages - 1)
     sch.annotate(loop, "software_pipeline_stage", stage_of)
     sch.annotate(loop, "software_pipeline_order", list(range(len(children))))
+
+
+def pipeline_outputs(sch: s_tir.Schedule, loop: s_tir.LoopRV, reduction: s_tir.LoopRV, res: Scheduled) -> None:
+    """Pipeline the output-tile ``loop`` around a streamed (itself pipelined) reduction: the zeroing,
+    the reduction loop and the epilogue operands' loads in stage 0, the epilogue in stage 1, the store
+    after it, so the accumulator and the result have two versions and the next tile's reduction runs
+    beside this tile's epilogue and store (no-op for one iteration)."""
+    extent = sch.get(loop).extent
+    if not isinstance(extent, tirx.IntImm) or int(extent.value) < 2:
+        return
+    epi = {sch.get(b).name_hint for b in res.epilogue}
+    store = {sch.get(b).name_hint for b in res.stores}
+    target, inner = sch.get(loop), sch.get(reduction)
+    children: list[tuple[tirx.Stmt, int]] = []  # direct child statements of ``loop`` and their stages
+    for b in sch.get_child_blocks(loop):
+        loops = sch.get_loops(b)
+        pos = next(i for i, lp in enumerate(loops) if sch.get(lp).same_as(target))
+        child = sch.get(loops[pos + 1]) if pos + 1 < len(loops) else sch.get(b)
+        name = sch.get(b).name_hint
+        if not any(c.same_as(child) for c, _ in children):
+            children.append((child, (2 if epi else 1) if name in store else 1 if name in epi else 0))
+    stage_of = []
+    for child, stage in children:
+        # ``InjectSoftwarePipeline`` rewrites the pipelined reduction loop first, into three statements
+        # (prologue, body, epilogue) that the outer pipeline takes as three children
+        nested = child.same_as(inner) and "software_pipeline_stage" in inner.annotations
+        stage_of += [stage] * (3 if nested else 1)
+    sch.annotate(loop, "software_pipeline_stage", stage_of)
+    sch.annotate(loop, "software_pipeline_order", list(range(len(stage_of))))
 
 
 def result_store(sch: s_tir.Schedule, spec: OpSpec, acc: s_tir.SBlockRV) -> s_tir.SBlockRV:
@@ -208,7 +257,9 @@ def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, 
 
     ``own_result``: the last step writes a buffer of its own even when it has the
     accumulator's shape (with a streamed reduction the next tile's accumulation then
-    need not wait for this tile's store).
+    need not wait for this tile's store; with the epilogue in a stage of its own the store
+    reads the result a stage after the accumulator's last use, so sharing its two versions
+    would let the next tile but one overwrite what the store has yet to read).
     """
     spec = res.spec
     n_epi = len(spec.epilogue)
@@ -217,7 +268,7 @@ def schedule_epilogue(sch: s_tir.Schedule, res: Scheduled, acc: s_tir.SBlockRV, 
         e = sch.get_sblock(spec.out.name if idx == n_epi - 1 else f"epi{idx}")
         if idx < n_epi - 1:
             sch.set_scope(e, 0, SRAM_SCOPE)
-        attach(sch, e, loop, SiteKind.EPI, idx, reverse=True)
+        res.epilogue.append(attach(sch, e, loop, SiteKind.EPI, idx, reverse=True))
         if step.operand is not None:
             stage_operand(sch, res, e, idx, loop)
         if idx < n_epi - 1 or not own_result:

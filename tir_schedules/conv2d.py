@@ -46,6 +46,7 @@ from .common import (
     mark,
     padded_reader,
     pipeline,
+    pipeline_outputs,
     placeholder,
     result_store,
     schedule_epilogue,
@@ -229,9 +230,9 @@ def depthwise(spec: Conv2dSpec) -> bool:
 def group_quantum(spec: Conv2dSpec, hw: HardwareConfig) -> int:
     """Groups per depthwise tile that make every buffer version a whole number of SRAM granules.
 
-    The synchronisation pass tracks dependences per ``sram_align_bytes`` granule, so two
-    versions of a pipelined buffer that shared one would order each load after the
-    previous tile's compute and serialise the pipeline.
+    Two versions of a pipelined buffer that shared a granule would share bytes that the
+    synchronisation pass tracks together, ordering each load after the previous tile's compute
+    and serialising the pipeline.
     """
     sizes = [spec.data.dtype.itemsize, spec.weight.dtype.itemsize, spec.out.dtype.itemsize,
              *(e.operand.dtype.itemsize for e in spec.epilogue if e.operand is not None)]
@@ -420,6 +421,7 @@ def _load_channel_operands_once(sch: s_tir.Schedule, res: Scheduled, spec: Conv2
         per_tile = res.loads[i]
         whole = sch.cache_read(per_tile, 0, SRAM_SCOPE)  # a copy of the whole vector, at the root
         del res.roles[buffer_name(sch, per_tile)]
+        res.operand_loads.remove(per_tile)
         sch.compute_inline(per_tile)  # the epilogue step reads the whole vector
         res.roles[buffer_name(sch, whole)] = Role.operand(idx)
         res.loads[i] = attach(sch, whole, batch, SiteKind.DMA)
@@ -435,7 +437,10 @@ class Conv2d(OpKind):
     # ---------------------------------------------------------------- template
     def pipelining(self, spec: Conv2dSpec, tile: ConvTile) -> Pipelining:
         """The input-channel loop when the reduction is streamed, else the innermost output-tile
-        loop (spatial tiles with weights stationary, output-channel tiles with the input stationary)."""
+        loop (spatial tiles with weights stationary, output-channel tiles with the input stationary).
+        A tensor-engine tile's epilogue gets a stage of its own there, or with a streamed reduction
+        the output-tile loop is pipelined around it (the vector engine then works beside the array;
+        on a vector tile it would only wait for itself)."""
         g = spec.groups
         streamed = min(tile.tic, spec.in_channels // g) < spec.in_channels // g
         n_sp = _ceil(spec.out.dim("H"), tile.toh) * _ceil(spec.out.dim("W"), tile.tow)
@@ -443,7 +448,8 @@ class Conv2d(OpKind):
         inner = n_sp if tile.order == Order.B_STATIONARY else n_oc
         if streams_groups(tile):
             inner = _ceil(g, tile.tg) * n_oc * n_sp
-        return Pipelining(streamed or inner > 1, streamed)
+        own = inner > 1 and tile.stages > 1 and (streamed or bool(spec.epilogue)) and not streams_groups(tile)
+        return Pipelining(streamed or inner > 1, streamed, own)
 
     def definition(self, spec: Conv2dSpec, tile: ConvTile) -> tuple:
         return compute(spec, tile)
@@ -464,12 +470,16 @@ class Conv2d(OpKind):
         init = sch.decompose_reduction(blk, rco if rco else loops.tile)
         mark(sch, sch.blockize(sch.get_loops(init)[loops.depth + 1]), SiteKind.ZERO)
         mark(sch, sch.blockize(loops.tile), SiteKind.CONV)
-        schedule_epilogue(sch, res, blk, loops.inner_out, store, own_result=rco is not None)
+        p = self.pipelining(spec, tile)
+        schedule_epilogue(sch, res, blk, loops.inner_out, store, own_result=rco is not None or p.epilogue_stage)
         if streams_groups(tile):  # per-channel epilogue operands, like the weights, are loaded once
             _load_channel_operands_once(sch, res, spec, loops.batch)
 
-        pipe = rco if self.pipelining(spec, tile).streamed_reduction else loops.inner_out
-        pipeline(sch, pipe, tile.stages, res.loads, res.stores)
+        pipe = rco if p.streamed_reduction else loops.inner_out
+        late = (res.epilogue, res.operand_loads) if p.epilogue_stage and not p.streamed_reduction else ((), ())
+        pipeline(sch, pipe, tile.stages, res.loads, res.stores, *late)
+        if p.epilogue_stage and p.streamed_reduction:
+            pipeline_outputs(sch, loops.inner_out, rco, res)
         return res
 
     # -------------------------------------------------------------- tile space
@@ -520,12 +530,13 @@ class Conv2d(OpKind):
         out_tile = tile.tg * tile.toc * tile.toh * tile.tow
         data_v = s if (streamed_rc or outer_b) else 1
         w_v = s if (streamed_rc or not outer_b) else 1
-        out_v = 1 if streamed_rc else (2 if s > 1 else 1)
+        own = p.epilogue_stage  # accumulator, result and epilogue operands double-buffered
+        out_v = 2 if own else 1 if streamed_rc else (2 if s > 1 else 1)
         w_groups = spec.groups if streams_groups(tile) else tile.tg
         buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * w_groups * tile.toc * tic * kh * kw * isz]
         buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, ACCUMULATOR[spec.data.dtype],
-                                  1 if streamed_rc else s, out_v, streamed_rc,
-                                  spec.out.dim("C") if streams_groups(tile) else None)
+                                  2 if own else 1 if streamed_rc else s, out_v, streamed_rc or own,
+                                  spec.out.dim("C") if streams_groups(tile) else None, 2 if own else 1)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model
@@ -578,7 +589,7 @@ class Conv2d(OpKind):
                     last = ri == len(rc_tiles) - 1
                     operands = costs.epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else NO_COPY
                     yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY, stationary,
-                               operands, ri if pipelined_rc else slot)
+                               operands, ri if pipelined_rc else slot, slot)
 
     def compute_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
         """Tensor-engine work of all steps (none when the vector engine computes the windows)."""

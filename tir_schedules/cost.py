@@ -245,6 +245,7 @@ class Step(NamedTuple):
     stationary: Copy | None = None  # loaded before this step, once per outer iteration
     operands: Copy = Copy()  # the epilogue's operands (bias, residual), loaded after ``loads``
     slot: int = 0  # iteration of the pipelined loop (restarts with every outer iteration)
+    out_slot: int = 0  # iteration of the innermost output-tile loop (``slot`` unless the reduction is streamed)
 
 
 class Pruned(Exception):
@@ -256,7 +257,8 @@ class Flow:
 
     Buffer versions rotate with the pipelined loop's own counter (``Step.slot``), which
     restarts at every outer iteration, as ``InjectSoftwarePipeline`` indexes them; with a
-    streamed reduction the per-output-tile buffers have one version.
+    streamed reduction the per-output-tile buffers rotate with the output-tile loop's
+    (``Step.out_slot``: one version unless that loop is pipelined too).
 
     ``floor`` is the tensor-engine work of all steps; once a lower bound of the result
     (an engine's finish time, the tensor engine's plus the work still to come, or the
@@ -297,7 +299,7 @@ class Flow:
             self.vector_free = max(self.vector_free, start) + copies
             data_ready = max(data_ready, self.vector_free)
             self.vector += copies
-        unit = 0 if self.streamed else st.slot  # per-output-tile buffers rotate with the loop too
+        unit = st.out_slot if self.streamed else st.slot  # per-output-tile buffers rotate with their loop
         operands_ready = 0.0
         if operands.engine:
             free = self.opnd_free.get(unit % self.v_opnd, 0.0)
@@ -360,6 +362,10 @@ class Pipelining:
 
     pipelined: bool  # some tile loop with more than one iteration carries the pipeline
     streamed_reduction: bool = False  # that loop is the reduction (per-output buffers have one version)
+    # the epilogue runs in a pipeline stage of its own (``common.pipeline``): the accumulator has two
+    # versions, so the tensor engine computes tile i+1 while the vector engine finishes tile i
+    # (the result then has a buffer of its own: ``common.schedule_epilogue``'s ``own_result``)
+    epilogue_stage: bool = False
 
 
 @dataclass(frozen=True)
@@ -377,6 +383,10 @@ class Versions:
     def of(cls, stages: int, p: Pipelining, has_epilogue: bool) -> Versions:
         if stages == 1 or not p.pipelined:
             return cls(1, 1, 1, 1, True)
+        if p.epilogue_stage and p.streamed_reduction:  # the output-tile loop pipelined too (around it)
+            return cls(stages, 2, 2, 2, not has_epilogue)
+        if p.epilogue_stage and has_epilogue:  # operands loaded one stage before the epilogue reads them
+            return cls(stages, 2, 2, 2, False)
         if p.streamed_reduction:  # only the reduction loop is pipelined
             return cls(stages, 1, 1, 1, not has_epilogue)  # an epilogue writes a result buffer of its own
         if has_epilogue:  # accumulator worked on in place, result in a separate double buffer
@@ -445,18 +455,19 @@ def step_itemsizes(spec: OpSpec, first: DType) -> list[int]:
 
 
 def epilogue_sizes(spec: OpSpec, out_elems: int, channels: int, acc: DType, operand_v: int, out_v: int,
-                    own_output: bool = False, resident_channels: int | None = None) -> list[int]:
+                    own_output: bool = False, resident_channels: int | None = None, acc_v: int = 1) -> list[int]:
     """Accumulator, epilogue stages, final output buffer and epilogue operands.
 
     ``acc`` is the accumulator type; ``own_output``: the template gives the result a
     buffer of its own even when it has the accumulator's shape (streamed reductions);
     ``resident_channels``: per-channel operands are loaded once for that many channels
-    (one version) instead of per tile.
+    (one version) instead of per tile; ``acc_v``: versions of the accumulator (two when the
+    epilogue has a pipeline stage of its own: its intermediate steps then get one buffer of their own).
     """
     n_epi = len(spec.epilogue)
     asz = acc.itemsize
     if n_epi:
-        steps = [(1, out_elems * asz)] + [(1, out_elems * isz) for isz in step_itemsizes(spec, acc)[:-1]]
+        steps = [(acc_v, out_elems * asz)] + [(1, out_elems * isz) for isz in step_itemsizes(spec, acc)[:-1]]
         buffers = chain(steps)
         final = (out_v, out_elems * spec.out.dtype.itemsize)
         if own_output or final != steps[-1]:

@@ -21,6 +21,7 @@ from .common import (
     mark,
     operand_name,
     pipeline,
+    pipeline_outputs,
     placeholder,
     result_store,
     schedule_epilogue,
@@ -144,11 +145,13 @@ class Matmul(OpKind):
 
     # ---------------------------------------------------------------- template
     def pipelining(self, spec: MatmulSpec, tile: MatmulTile) -> Pipelining:
-        """The K loop when the reduction is streamed, else the inner output-tile loop."""
+        """The K loop when the reduction is streamed, else the inner output-tile loop (where the
+        epilogue gets a stage of its own, beside the array)."""
         m, n, k = spec.mnk
         streamed = min(tile.tk, k) < k
         inner = _ceil(n, tile.tn) if effective_order(spec, tile) == Order.A_STATIONARY else _ceil(m, tile.tm)
-        return Pipelining(streamed or inner > 1, streamed)
+        own = inner > 1 and tile.stages > 1 and (streamed or bool(spec.epilogue))
+        return Pipelining(streamed or inner > 1, streamed, own)
 
     def definition(self, spec: MatmulSpec, tile: MatmulTile) -> tuple:
         return compute(spec)
@@ -184,10 +187,14 @@ class Matmul(OpKind):
         init = sch.decompose_reduction(blk, ko if ko else mi)
         mark(sch, sch.blockize(sch.get_loops(init)[nb + 2]), SiteKind.ZERO)
         mark(sch, sch.blockize(mi), SiteKind.MATMUL)
-        schedule_epilogue(sch, res, blk, inner_out, store, own_result=ko is not None)
+        p = self.pipelining(spec, tile)
+        schedule_epilogue(sch, res, blk, inner_out, store, own_result=ko is not None or p.epilogue_stage)
 
-        pipe = ko if self.pipelining(spec, tile).streamed_reduction else inner_out
-        pipeline(sch, pipe, tile.stages, res.loads, res.stores)
+        pipe = ko if p.streamed_reduction else inner_out
+        late = (res.epilogue, res.operand_loads) if p.epilogue_stage and not p.streamed_reduction else ((), ())
+        pipeline(sch, pipe, tile.stages, res.loads, res.stores, *late)
+        if p.epilogue_stage and p.streamed_reduction:
+            pipeline_outputs(sch, inner_out, ko, res)
         return res
 
     # -------------------------------------------------------------- tile space
@@ -207,9 +214,11 @@ class Matmul(OpKind):
         isz, acc = spec.a.dtype.itemsize, ACCUMULATOR[spec.a.dtype]
         a_v = s if (streamed_k or order == Order.B_STATIONARY) else 1
         b_v = s if (streamed_k or order == Order.A_STATIONARY) else 1
-        out_v = 1 if streamed_k else (2 if s > 1 else 1)
+        own = p.epilogue_stage  # accumulator, result and epilogue operands double-buffered
+        out_v = 2 if own else 1 if streamed_k else (2 if s > 1 else 1)
         buffers = [a_v * tile.tm * tk * isz, b_v * tk * tile.tn * isz]
-        buffers += epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, acc, 1 if streamed_k else s, out_v, streamed_k)
+        buffers += epilogue_sizes(spec, tile.tm * tile.tn, tile.tn, acc, 2 if own else 1 if streamed_k else s,
+                                  out_v, streamed_k or own, acc_v=2 if own else 1)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model
@@ -241,7 +250,7 @@ class Matmul(OpKind):
                     operands = copies.epi_loads(bi, mt, nt) if last else NO_COPY
                     tensor = timing.matmul_cycles(hw, mt[1], nt[1], kt[1], dt)
                     yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY,
-                               stationary, operands, ki if streamed_k else slot)
+                               stationary, operands, ki if streamed_k else slot, slot)
 
     def compute_floor(self, spec: MatmulSpec, tile: MatmulTile, hw: HardwareConfig) -> int:
         m, n, k = spec.mnk

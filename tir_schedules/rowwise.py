@@ -150,7 +150,7 @@ def _unary(st: RowStep, dt: str) -> Callable[[tirx.PrimExpr], tirx.PrimExpr]:
         lo, hi = tirx.const(st.scale, dt), tirx.const(st.shift, dt)
         return lambda v: te.min(te.max(v, lo), hi)
     one = tirx.const(1.0, dt)
-    table = {op.VEXP: te.exp, op.VRECIP: lambda v: one / v, op.VRSQRT: te.rsqrt,
+    table = {op.VEXP: te.exp, op.VLOG: te.log, op.VRECIP: lambda v: one / v, op.VRSQRT: te.rsqrt,
              op.VPOW: lambda v: te.power(v, tirx.const(st.scale, dt)),
              op.VSCALE: lambda v: v * tirx.const(st.scale, dt) + tirx.const(st.shift, dt)}
     return table[st.op]

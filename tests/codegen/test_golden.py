@@ -32,7 +32,13 @@ CASES: dict[str, tuple[OpSpec, TileParams]] = {
     # a folded layout transform: NCHW data read by the DMA of an NHWC conv
     "conv1x1_c8_o16_h4_nchw_to_nhwc": (conv(8, 16, 4, k=1, pad=0, layout="NHWC", data_layout="NCHW"),
                                        ConvTile(toc=16, toh=2, tow=4, tic=8, stages=2)),
-    # streamed reduction (tk < K) with triple buffering, ragged M/N edges, gelu epilogue
+    # four spatial tiles: the epilogue in a pipeline stage of its own (accumulator, result and bias
+    # double-buffered, so the array computes tile i+1 while the vector engine finishes tile i)
+    "conv1x1_c16_o16_h8_bias_relu_epilogue_stage": (
+        conv(16, 16, 8, k=1, pad=0, epi=("bias", "relu")),
+        ConvTile(toc=16, toh=2, tow=8, tic=16, order=Order.B_STATIONARY, stages=2)),
+    # streamed reduction (tk < K) with triple buffering, ragged M/N edges, gelu epilogue; the output-tile
+    # loop pipelined around the reduction's own pipeline (accumulator and result double-buffered)
     "matmul_20x24x40_bias_gelu": (matmul(20, 24, 40, epi=("bias", "gelu")), MatmulTile(tm=16, tn=16, tk=16, stages=3)),
     "maxpool3x3s2_c16_h9": (pool(16, 9, kind="max", k=3, stride=2, pad=1), PoolTile(tc=16, toh=2, tow=4, stages=2)),
 }

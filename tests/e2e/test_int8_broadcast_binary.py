@@ -32,6 +32,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from tvm import relax
 
 import tvm_npu
+from tvm_npu.core.ops import Broadcast, EpiKind
 
 SAMPLES, CALIBRATION = 4, 8
 IDENTICAL, MAX_STEPS = 0.999, 1  # the numerics standard against onnxruntime
@@ -250,6 +251,9 @@ def test_runs_in_8bit_on_the_npu_bit_exact_with_llvm(name: str) -> None:
     assert info.partitions == 1, info.partitions
     assert npu.dtype == (np.uint8 if name.endswith("_uint8") else np.int8)
     np.testing.assert_array_equal(npu, llvm)
+    if name.startswith(("se_", "tflite_")):  # the gate multiply is a VQMUL step, the gate read per channel
+        steps = [e for p in info.plans for op in p.ops for e in op.spec.epilogue if e.kind == EpiKind.QMUL]
+        assert steps and all(e.broadcast == Broadcast.CHANNEL for e in steps), steps
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -2,14 +2,13 @@
 
 The integer rewrite leaves the dequantize / quantize around the softmax as float32 arithmetic
 (``relay_patterns/quantized.py``): ``(astype(x) - z) * s`` and, for any output scale,
-``quantize(y * float32(1 / s), 1, z)`` (exact for a power-of-two scale, within one step at rare ties
-otherwise). Checked on ``onnx.helper`` models (a lone head, and a MatMul in the
+``quantize(float32(y * float64(1 / s)), 1, z)``, exactly ONNX's quotient ``y / s``
+(``relay_patterns/qdivide.py``). Checked on ``onnx.helper`` models (a lone head, and a MatMul in the
 converter's form before it):
 
 * no host operator and one NPU partition; NPU == llvm bit for bit;
 * against onnxruntime at both levels: at most 1 step apart (its softmax rounds differently in float);
-* a quantize by a scale that is not a power of two runs on the NPU too (the reciprocal multiply), within
-  one step of onnxruntime.
+* a quantize by a scale that is not a power of two runs on the NPU too (the exact reciprocal multiply).
 """
 
 from __future__ import annotations
@@ -111,8 +110,9 @@ def test_matmul_head_runs_with_the_classifier() -> None:
 
 
 def test_quantize_by_another_scale_runs_on_the_npu() -> None:
-    """The NPU multiplies by float32(1 / s): the head stays in one partition, within one step of onnxruntime
-    (issue 24: the power-of-two rule went; tests/test_lone_quantize.py measures how rarely the step occurs)."""
+    """The NPU multiplies by float64(1 / s) and rounds once, ONNX's quotient exactly: the head stays in one
+    partition (issue 24: the power-of-two rule went; tests/relay_patterns/test_lone_quantize.py checks the
+    quotient)."""
     model = head_model(0.1, 3, 0.0041, -128)
     info = check_numbers(model)
     assert info.host_ops == {} and info.partitions == 1, (info.host_ops, info.partitions)

@@ -94,8 +94,8 @@ def test_activation_is_one_table_on_the_npu(style: str, name: str) -> None:
 @pytest.mark.parametrize("style", STYLES)
 def test_mobilenet_v3_block_has_no_host_operator(style: str) -> None:
     """conv -> hard-swish -> depthwise -> hard-swish -> SE gate -> conv: was 11 (quantize_static) / 5 (tflite)
-    host quantize calls and 8 / 5 partitions (39,103 / 25,383 NPU cycles); now none and one (11,070 cycles),
-    each hard-swish a table in its conv's epilogue after the requantisation."""
+    host quantize calls and 8 / 5 partitions; now none and one, each hard-swish a table in its conv's
+    epilogue after the requantisation."""
     info = check(mobilenet_v3_block(style), 0.08)
     fused = [kinds for spec, kinds in _lookups(info) if spec == Conv2dSpec.__name__]
     assert len(fused) >= 2 and all(k[k.index(EpiKind.LUT) - 1] == EpiKind.REQUANT for k in fused), fused

@@ -216,7 +216,7 @@ def test_quantize_static_head(style: str, tmp_path: object) -> None:
     """onnxruntime's ``quantize_static`` leaves ReduceMean in float between DequantizeLinear and
     QuantizeLinear; the mean, the classifier and the softmax run in one NPU partition. Nothing is left on the
     host: the fp32 input's quantize and the softmax output's, whose scales are not powers of two, multiply
-    by their reciprocals on the NPU (issue 24; within one step of ONNX's division at rare ties)."""
+    by their reciprocals on the NPU (issue 24; exactly ONNX's quotient, relay_patterns/qdivide.py)."""
     model = onnx.load(quantize_model(head_model(style, 13), tmp_path / "q.onnx", random=8, seed=1))
     assert "ReduceMean" in [n.op_type for n in model.graph.node]
     info = check_int8(model, {})

@@ -150,6 +150,7 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         "npu.constant_divide",  # c / x: a reciprocal and a multiply
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
+        "npu.qmul",  # an 8-bit product (relay_patterns/qbinary.py, VQMUL)
         "npu.max_pool2d_pad",  # a constant pad the max pool's padding reads (VMAXPOOL_PAD)
         "npu.lut",  # an 8-bit table lookup (relay_patterns/qlut.py)
         "npu.softmax", "npu.layer_norm",  # the row-wise operators
@@ -160,9 +161,9 @@ def test_fusion0_table_has_only_bare_ops() -> None:
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
     # (bias, residual, activation) chains other than the bare op per conv2d / matmul, 8 requantised conv2d and
-    # 4 matmul forms, a clipped 8-bit add
+    # 4 matmul forms, a clipped 8-bit add and a clipped 8-bit product
     chains = 2 * 2 * (len(ACTS) + len(COMPOSITE_ACTS) + 1) - 1
-    assert bare < fused and len(fused - bare) == 2 * chains + 8 + 4 + 1
+    assert bare < fused and len(fused - bare) == 2 * chains + 8 + 4 + 1 + 1
 
 
 def test_fusion0_every_op_is_its_own_composite_in_one_region() -> None:

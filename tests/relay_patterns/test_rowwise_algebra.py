@@ -110,9 +110,25 @@ def test_canonical_layer_norm_and_softmax_are_the_fixed_programs() -> None:
     assert _without_names(A.program(A.div(e, A.rsum(e)), {}), {}) == _without_names(row_steps(softmax), {})
 
 
+def test_log_softmax_forms_are_one_program() -> None:
+    """``x - m - log(sum(exp(x - m)))`` and ``log(softmax(x))`` have one canonical form, whose program computes
+    ``x - m`` once and subtracts the log from it (as onnxruntime does); a log does not split over a quotient
+    whose divisor may be negative."""
+    m = A.rmax(A.X)
+    d = A.sub(A.X, m)
+    written = A.sub(d, A.log(A.rsum(A.exp(d))))
+    assert A.log(A.div(A.exp(d), A.rsum(A.exp(d)))) == written
+    steps = A.program(written, {})
+    assert [(s.op.name, s.src, s.other, s.row) for s in steps] == [
+        ("VRMAX", "x", None, True), ("VSUB", "x", "rw0", False), ("VEXP", "rw1", None, False),
+        ("VRSUM", "rw2", None, True), ("VLOG", "rw3", None, True), ("VSUB", "rw1", "rw4", False)]
+    assert A.log(A.div(A.X, A.rsum(A.X)))[0] == "log"  # sum(x) may be negative: log(x / s) stays one log
+    assert A.log(A.exp(A.X)) == A.X and A.log(A.const(1.0)) == A.const(0.0)
+
+
 def test_what_is_no_program() -> None:
-    with pytest.raises(A.NotRowwise, match="no vector instruction computes log"):
-        A.program(A.sub(A.X, ("log", A.rsum(A.exp(A.X)))), {})
+    with pytest.raises(A.NotRowwise, match="no vector instruction computes erf"):
+        A.program(A.sub(A.X, ("erf", A.rsum(A.exp(A.X)))), {})
     with pytest.raises(A.NotRowwise, match="no new value"):
         A.program(A.X, {})
     with pytest.raises(A.NotRowwise, match="does not vary along the row"):

@@ -204,6 +204,8 @@ def _f64_ref(op: isa.Opcode, v: float) -> float:
         return math.tanh(v)
     if op == Op.VEXP:
         return math.exp(v)
+    if op == Op.VLOG:
+        return math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan)
     if op == Op.VSILU:
         return v * (1.0 / (1.0 + math.exp(-v))) if v > -700 else -0.0
     if op == Op.VRECIP:

@@ -32,6 +32,7 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.import.upsample               ONNX Upsample is imported as it is (opset 9: not at all)
     npu.import.fold-pads              an ONNX Pad before a conv / pool stays a host pad
     npu.import.clip-as-max-min        ONNX Clip with min / max inputs is imported as it is
+    npu.import.lp-norm                ONNX LpNormalization stays (TVM cannot import it)
     npu.canonicalize.reduce-of-stack  the importer's Sum / Max / Min of a stack stays
     npu.canonicalize.activations      exporter forms of ReLU6, swish, hard sigmoid / swish stay
     npu.canonicalize.pad              the importer's constant Pad stays a call_tir (on the host)
@@ -43,9 +44,11 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.canonicalize.dropout          dropout stays
     npu.canonicalize.batch-norm       batch-norm is not folded into the conv2d before it
     npu.canonicalize.decompose        no DecomposeOpsForInference
+    npu.canonicalize.log-softmax      log_softmax / log(softmax) stay single operators (on the host)
     npu.canonicalize.transformer-ops  decomposed layer norms and GELUs stay decomposed
     npu.canonicalize.lrn              LRN stays the importer's avg_pool3d form (on the host)
     npu.canonicalize.spatial-mean     a mean over H, W without keepdims stays (on the host)
+    npu.canonicalize.pool-chains      max pools of one map are not chained (SPP stays SPP)
     npu.canonicalize.reciprocal-divide  x / c stays a division
     npu.canonicalize.bindings         no CanonicalizeBindings / DeadCodeElimination
     npu.schedule.depthwise-vector     depthwise conv2d on the tensor engine only (the target
@@ -85,6 +88,7 @@ from tvm_npu.compiler.dynamic import (
     load_symbolic,
     plan_shapes,
     probe_values,
+    tuning_records,
 )
 from tvm_npu.compiler.onnx_import import IMPORT_REWRITES
 from tvm_npu.compiler.relax_ext import attach  # (also registers relax.ext.npu)
@@ -556,9 +560,10 @@ def _build_for_every_shape(model: Model, npu: NpuTarget, llvm: tvm.target.Target
     """The JIT route of :func:`build_with_info` (:mod:`tvm_npu.compiler.dynamic`): the front-end stages on the
     symbolic model (matches judged at a probe size), NPU partitions kept as functions for run-time compiles
     (the listed shapes compiled now), the host part built shape-generic. ``static_only`` (``dump_dir``, ``tiles``,
-    ``database``, ``pipeline``) act on the plan and codegen stages of a static build: given here, an error."""
+    ``database``, ``pipeline``) act on the plan and codegen stages of a static build: given here, an error, except
+    ``database``, whose records the JIT program keeps for every compile (:func:`tuning_records`)."""
     names = ("dump_dir", "tiles", "database", "pipeline")
-    given = [n for n, v in zip(names, static_only, strict=True) if v is not None]
+    given = [n for n, v in zip(names, static_only, strict=True) if v is not None and n != "database"]
     if given:
         raise ValueError(f"{given[0]}= applies to static builds; this model is built for every input size (its NPU "
                          f"partitions compile at run time): give shapes={{name: shape}} with one shape per input")
@@ -579,7 +584,8 @@ def _build_for_every_shape(model: Model, npu: NpuTarget, llvm: tvm.target.Target
             seconds[stage.name] = time.perf_counter() - t0
     info, partitioned = partition_info(mod), mod
     t0 = time.perf_counter()
-    mod = jit_codegen(mod, npu, aot, jit=jit, inputs=declared, bounds=bounds)
+    tuning = tuning_records(static_only[2], npu) if static_only[2] is not None else None
+    mod = jit_codegen(mod, npu, aot, jit=jit, inputs=declared, bounds=bounds, tuning=tuning)
     seconds["codegen"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ex = relax.build(mod, target=llvm)

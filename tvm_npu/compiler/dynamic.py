@@ -29,6 +29,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import onnx
@@ -40,12 +41,15 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_npu.codegen.partition import lower_plan
 from tvm_npu.compiler.shapes import EXAMPLE_DIM, check_shapes, resolve_shapes
 from tvm_npu.config import NpuTarget, parse_target
+from tvm_npu.core.plan import PlanChoice
+from tvm_npu.core.tiles import tile_from_json, tile_to_json
 from tvm_npu.relay_patterns import HostFallbackWarning
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.runtime import jit as runtime_jit
 from tvm_npu.runtime.npu_module import create_module
 from tvm_npu.tir_schedules.scheduler import schedule_partition
 from tvm_npu.tir_schedules.tile_search import NoTileFits
+from tvm_npu.tuning.database import best_tiles, load_choices, partition_key
 
 #: The ``Codegen`` name of a partition compiled at run time (``relax.ext.npu_jit``).
 JIT_CODEGEN = "npu_jit"
@@ -250,10 +254,12 @@ def bind_partition(func: relax.Function, values: Mapping[str, int]) -> relax.Fun
     return _DropShapeParams().visit_expr(bound)
 
 
-def compile_partition(func_json: str, values: Mapping[str, int], target: str,
-                      symbol: str) -> bytes | runtime_jit.HostRun:
+def compile_partition(func_json: str, values: Mapping[str, int], target: str, symbol: str,
+                      tuning: Mapping[str, Any] | None = None) -> bytes | runtime_jit.HostRun:
     """The artifact of one NPU partition (its Relax function as TVM JSON) at ``values``: the plan and codegen
-    stages of a static build on the bound function (:data:`tvm_npu.runtime.jit.Compiler`).
+    stages of a static build on the bound function (:data:`tvm_npu.runtime.jit.Compiler`), with the tiles and
+    plan choices of ``tuning`` (:func:`tuning_records`) where they name its operators and partition, as
+    ``build(..., database=)`` applies them to a static build.
 
     Where no tile of one of its operators fits the SRAM at these sizes (the pattern checks judged it at the
     probe size), the partition runs on the host instead, as a static build would run that operator: built for
@@ -261,8 +267,11 @@ def compile_partition(func_json: str, values: Mapping[str, int], target: str,
     npu = parse_target(target)
     func = bind_partition(_function(func_json), values)
     graph = partition_graph(func, symbol)
+    tiles = {k: tile_from_json(t) for k, t in (tuning or {}).get("tiles", {}).items()}
+    choices = (tuning or {}).get("plans", {})
+    choice = choices.get(partition_key(graph, npu)) if choices else None
     try:
-        plan = schedule_partition(graph, npu, None)
+        plan = schedule_partition(graph, npu, tiles, PlanChoice.from_dict(choice) if choice else None)
     except NoTileFits as e:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
         warnings.warn(f"NPU partition {symbol} at {sizes} runs on the host (llvm): {e}", HostFallbackWarning,
@@ -286,6 +295,15 @@ def host_partition(func: relax.Function) -> runtime_jit.HostRun:
     return run
 
 
+def tuning_records(database: str | os.PathLike, target: NpuTarget) -> dict[str, Any]:
+    """What a JIT program keeps of a tuning work directory for ``target`` (:attr:`~tvm_npu.runtime.jit.Program.tuning`):
+    the best tile per operator signature and the winning plan per partition key, as JSON. Kept in the program
+    (and so in an exported library), every run-time compile applies them: a new shape's operators that tuning
+    measured (``tvm-npu tune --input-shape``) get their tuned tiles."""
+    return {"tiles": {k: tile_to_json(t) for k, t in sorted(best_tiles(database, target).items())},
+            "plans": {k: c.to_dict() for k, c in sorted(load_choices(database, target).items())}}
+
+
 def _params(func: relax.Function) -> tuple[runtime_jit.Param, ...]:
     """A partition's signature: per parameter its kind and dims (a size, a variable's name, or None)."""
     return tuple(("shape", _dims(p.ty.values)) if isinstance(p.ty, relax.ShapeType) else
@@ -294,8 +312,10 @@ def _params(func: relax.Function) -> tuple[runtime_jit.Param, ...]:
 
 def jit_program(functions: Sequence[relax.Function], target: NpuTarget, aot: Sequence[Values], *,
                 jit: str = "on", inputs: Mapping[str, Sequence[object]] | None = None,
-                bounds: Mapping[str, tuple[int, int]] | None = None) -> runtime_jit.Program:
-    """The JIT program of ``functions`` (the model's NPU partitions), each compiled ahead for every ``aot``."""
+                bounds: Mapping[str, tuple[int, int]] | None = None,
+                tuning: Mapping[str, Any] | None = None) -> runtime_jit.Program:
+    """The JIT program of ``functions`` (the model's NPU partitions), each compiled ahead for every ``aot``
+    (with ``tuning``'s records, which the program keeps for its run-time compiles)."""
     parts: dict[str, runtime_jit.Partition] = {}
     compiled: dict[tuple[str, tuple[tuple[str, int], ...]], bytes] = {}
     for func in functions:
@@ -307,11 +327,11 @@ def jit_program(functions: Sequence[relax.Function], target: NpuTarget, aot: Seq
         for values in aot:
             mine = {k: v for k, v in values.items() if k in names}
             if (symbol, runtime_jit.values_key(mine)) not in compiled:
-                program = compile_partition(text, mine, str(target), symbol)
+                program = compile_partition(text, mine, str(target), symbol, tuning)
                 if isinstance(program, bytes):  # (a host fallback is rebuilt at run time: jit="on" only)
                     compiled[(symbol, runtime_jit.values_key(mine))] = program
     return runtime_jit.Program(str(target), parts, jit, {k: list(v) for k, v in (inputs or {}).items()},
-                               dict(bounds or {}), compiled)
+                               dict(bounds or {}), compiled, dict(tuning or {}))
 
 
 _pending: dict[str, runtime_jit.Program] = {}
@@ -328,14 +348,15 @@ def _npu_jit_codegen(functions, options, constant_names) -> list[tvm.runtime.Mod
 
 def jit_codegen(mod: tvm.IRModule, target: NpuTarget, aot: Sequence[Values], *, jit: str = "on",
                 inputs: Mapping[str, Sequence[object]] | None = None,
-                bounds: Mapping[str, tuple[int, int]] | None = None) -> tvm.IRModule:
+                bounds: Mapping[str, tuple[int, int]] | None = None,
+                tuning: Mapping[str, Any] | None = None) -> tvm.IRModule:
     """``mod`` (partitioned) with its NPU partitions called through one JIT program (``RunCodegen`` with
     :data:`JIT_CODEGEN`): the host calls each as ``R.call_dps_packed(symbol, ...)``."""
     npu = {gv: f for gv, f in mod.functions.items()
            if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == "npu"}
     if not npu:
         return mod
-    prog = jit_program(list(npu.values()), target, aot, jit=jit, inputs=inputs, bounds=bounds)
+    prog = jit_program(list(npu.values()), target, aot, jit=jit, inputs=inputs, bounds=bounds, tuning=tuning)
     key = f"{id(prog)}:{threading.get_ident()}"
     with _pending_lock:
         _pending[key] = prog

@@ -38,6 +38,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
 from tvm_npu.compiler.conv_transpose_pads import explicit_conv_transpose_pads
+from tvm_npu.compiler.lp_norm import lp_norms_as_reductions
 from tvm_npu.compiler.recurrent import GATES, unroll_recurrent
 from tvm_npu.compiler.shapes import Dim, declared_dim, resolve_shapes
 from tvm_npu.compiler.upsample import upsample_as_broadcast
@@ -64,6 +65,7 @@ IMPORT_REWRITES: dict[str, str] = {
     "npu.import.fold-shapes": "shape subgraphs (Shape, Gather, Concat ... on static shapes) -> constants",
     "npu.import.recurrent": "LSTM / GRU / RNN unrolled into MatMul, gate activations, Slice and Concat",
     "npu.import.upsample": "Upsample (opsets 7-9) by integer factors -> Reshape, Expand, Reshape (a broadcast)",
+    "npu.import.lp-norm": "LpNormalization (p = 1, 2) -> Abs or Mul, ReduceSum, Sqrt, Max, Div (onnxruntime's rule)",
     "npu.import.fold-pads": "a Pad before a Conv / pooling folded into its pads",
     "npu.import.clip-as-max-min": "Clip with min / max inputs -> Max / Min (TVM imports them as constants)",
 }
@@ -84,7 +86,8 @@ def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     explicit_conv_transpose_pads(out)  # not an optimisation: TVM's importer ignores output_shape
     for name, rewrite in (("npu.import.fold-shapes", fold_shapes), ("npu.import.recurrent", unroll_recurrent_layers),
-                          ("npu.import.upsample", upsample_by_integer_factors), ("npu.import.fold-pads", fold_pads),
+                          ("npu.import.upsample", upsample_by_integer_factors),
+                          ("npu.import.lp-norm", expand_lp_norms), ("npu.import.fold-pads", fold_pads),
                           ("npu.import.clip-as-max-min", clips_as_max_min)):
         if name not in disabled:
             rewrite(out)
@@ -97,6 +100,14 @@ def upsample_by_integer_factors(model: onnx.ModelProto) -> int:
     if not any(n.op_type == "Upsample" for n in model.graph.node):
         return 0
     return upsample_as_broadcast(model, _constants(model.graph), _static_shapes(model), opset(model))
+
+
+def expand_lp_norms(model: onnx.ModelProto) -> int:
+    """``LpNormalization`` (TVM has no converter) as the reductions onnxruntime computes
+    (:mod:`tvm_npu.compiler.lp_norm`), in place; returns how many."""
+    if not any(n.op_type == "LpNormalization" for n in model.graph.node):
+        return 0
+    return lp_norms_as_reductions(model, _elem_types(model), opset(model))
 
 
 def unroll_recurrent_layers(model: onnx.ModelProto) -> int:
@@ -563,11 +574,12 @@ def _frontend_operators() -> set[str]:
 
 def supported_operators() -> list[str]:
     """The ONNX operator types the project imports, sorted: those TVM's ONNX importer converts (its
-    converter table, ``If`` and ``Constant``) and the recurrent layers ``prepare`` unrolls (``LSTM``,
-    ``GRU``, ``RNN``; in the main graph). The importer picks per operator the newest converter no newer
-    than the model's opset (the oldest when all are newer), so the list is the same for every opset;
+    converter table, ``If`` and ``Constant``) and the operators ``prepare`` writes in others (the recurrent
+    layers ``LSTM``, ``GRU``, ``RNN`` and ``LpNormalization``; in the main graph). The importer picks per
+    operator the newest converter no newer than the model's opset (the oldest when all are newer), so the
+    list is the same for every opset;
     ``com.microsoft`` contrib operators are among them by type."""
-    return sorted(_frontend_operators() | set(GATES))
+    return sorted(_frontend_operators() | set(GATES) | {"LpNormalization"})
 
 
 def unsupported_operators(model: onnx.ModelProto) -> dict[str, list[str]]:
@@ -575,9 +587,11 @@ def unsupported_operators(model: onnx.ModelProto) -> dict[str, list[str]]:
     operator of ``model`` that the import cannot import, subgraphs (``If`` branches, ``Loop`` / ``Scan``
     bodies) included. Empty when every operator is known. Recurrent layers count as known in the main
     graph only (subgraph values have no static shapes to unroll them by), and not when the current
-    ``PassContext`` disables ``npu.import.recurrent``."""
+    ``PassContext`` disables ``npu.import.recurrent`` (``LpNormalization``: ``npu.import.lp-norm``)."""
     inner = _frontend_operators()
-    top = inner if "npu.import.recurrent" in _disabled() else set(supported_operators())
+    disabled = _disabled()
+    top = set(supported_operators()) - (set(GATES) if "npu.import.recurrent" in disabled else set())
+    top -= {"LpNormalization"} if "npu.import.lp-norm" in disabled else set()
     found: dict[str, list[str]] = {}
 
     def walk(graph: onnx.GraphProto, supported: set[str]) -> None:

@@ -65,6 +65,12 @@ def _gelu_tanh(x: PrimExpr, _y: PrimExpr | None, _s: Epilogue) -> PrimExpr:
     return x * tirx.const(0.5, dt) * (tirx.const(1.0, dt) + tirx.tanh(inner))
 
 
+def _scale(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
+    """VSCALE: in float64, rounded once to the value's type."""
+    scale, shift = s.floats
+    return (x.astype("float64") * tirx.const(scale, "float64") + tirx.const(shift, "float64")).astype(x.dtype)
+
+
 def _clip(x: PrimExpr, _y: PrimExpr | None, s: Epilogue) -> PrimExpr:
     return tirx.min(tirx.max(x, tirx.const(s.lo, x.dtype)), tirx.const(s.hi, x.dtype))
 
@@ -151,6 +157,8 @@ _RULES = (
     # matched as divide(constant, x) -> reciprocal, then multiply by the constant (relay_patterns.extract)
     EpiRule(EpiKind.RECIP, None, lambda x, _y, _s: tirx.const(1.0, x.dtype) / x, isa.Opcode.VRECIP,
             float_only=True),
+    # matched as astype(astype(y, float64) * r, float32) (relay_patterns.qdivide: a quantize's quotient)
+    EpiRule(EpiKind.SCALE, None, _scale, isa.Opcode.VSCALE, float_only=True),
     # matched as multiply(astype(acc, float32), m) -> quantize(scale 1) (relay_patterns.quantized)
     EpiRule(EpiKind.REQUANT, None, _requant, isa.Opcode.VREQUANT),
     # matched as relax.astype between float types, from 8 bits to float32 (a dequantization) and as the

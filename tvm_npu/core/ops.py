@@ -36,6 +36,9 @@ class EpiKind(enum.Enum):
     HSWISH = "hardswish"  # x * hardsigmoid(x): floats = (alpha, beta)
     POW = "power"  # x ** p for a constant scalar p: floats = (p,) (local response normalisation)
     RECIP = "reciprocal"  # 1 / x (a constant divided by a tensor: c / x = c * (1 / x))
+    # x * scale + shift evaluated in float64, rounded once: floats = (scale, shift). A quantize's exact
+    # quotient y / s as y * float64(1 / s) (relay_patterns.qdivide)
+    SCALE = "scale"
     REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
     CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
     QADD = "qadd"  # + an 8-bit tensor with its own scale, requantised: floats (scale_a, scale_b, offset), ints (lo, hi)

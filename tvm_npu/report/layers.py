@@ -135,6 +135,9 @@ class ModelReport:
     program_bytes: int = 0
     sram_high_water: int = 0  # the simulator's: the highest SRAM byte any run touched
     memory: DeploymentMemory | None = None  # the build's (tvm-npu inspect's figures), when the report has its build
+    # the input shapes of the run it describes ("x=(1, 3, 32, 320)"): a model built for every shape runs other
+    # programs at other shapes, so a report names its own ("" when not known)
+    shape: str = ""
 
     @property
     def efficiency(self) -> float:
@@ -150,7 +153,8 @@ class ModelReport:
     def to_json(self) -> dict:
         """The machine-readable form of ``tvm-npu profile --json``."""
         return {
-            "model": {"cycles": self.cycles, "bound_cycles": self.bound_cycles, "efficiency": self.efficiency,
+            "model": {"shape": self.shape, "cycles": self.cycles, "bound_cycles": self.bound_cycles,
+                      "efficiency": self.efficiency,
                       "model_bound_cycles": self.model_bound_cycles,
                       "dram_bytes": self.dram_bytes, "compulsory_bytes": self.compulsory_bytes,
                       "npu_macs": self.npu_macs, "host_macs": self.host_macs,
@@ -165,7 +169,8 @@ class ModelReport:
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
 
     def table(self) -> str:
-        """The report as fixed-width text: the layers, the layer groups (if any), the model line."""
+        """The report as fixed-width text: the shape it describes (when known), the layers, the layer groups
+        (if any), the model line."""
         head = ("layer", "group", "op", "dtype", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles",
                 "bound", "eff", "bound by")
         rows = []
@@ -176,7 +181,7 @@ class ModelReport:
                          f"{(x.dram_bytes + x.wasted_bytes) / 1024:.0f}",
                          f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
                          f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
-        lines = columns(head, rows)
+        lines = ([f"per-layer report at {self.shape}"] if self.shape else []) + columns(head, rows)
         if self.groups:
             head = ("group", "layers", "slices x rows", "SRAM KiB", "saved KiB", "DRAM KiB", "cycles", "bound",
                     "eff", "predicted", "error")
@@ -401,10 +406,11 @@ def model_bound(profile: Profile, io_bytes: int) -> float:
 
 
 def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_bytes: int = 0,
-           memory: DeploymentMemory | None = None) -> ModelReport:
+           memory: DeploymentMemory | None = None, shape: str = "") -> ModelReport:
     """Per-layer and whole-model figures of a run profiled with ``tvm_npu.profile(trace=True)``;
     ``io_bytes``: the model's own input and output bytes (for the model-level bound); ``memory``: its build's
-    deployment memory (:func:`tvm_npu.report.memory.build_memory`)."""
+    deployment memory (:func:`tvm_npu.report.memory.build_memory`); ``shape``: the run's input shapes, named by
+    the report."""
     if any(not run.trace for run in profile.runs):
         raise ValueError("the per-layer report needs a timeline: profile the run with tvm_npu.profile(trace=True)")
     layers: list[LayerReport] = []
@@ -419,6 +425,7 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
         program_bytes=sum(m.program_bytes for m in distinct.values()),
         sram_high_water=max((r.stats.sram_high_water for r in profile.runs), default=0),
         memory=memory,
+        shape=shape,
         model_bound_cycles=model_bound(profile, io_bytes),
         layers=tuple(layers),
         groups=tuple(groups),

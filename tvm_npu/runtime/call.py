@@ -4,7 +4,15 @@ The Relax VM checks each input against its annotation (rank, dtype, static sizes
 by several dimensions) and fails with TVM's ``Check failed: ... match_cast error``. Its message names the
 parameter and its annotation (``ErrorContext(fn=main, loc=param[0], param=x, annotation=R.Tensor(...))``);
 :func:`run` reads those and raises a ``ValueError`` naming the input, the dimension, what is accepted and
-what was given. Errors from inside the model (an NPU partition's shape profile, ``jit="off"``) pass as they are.
+what was given. Before the VM runs, the number of inputs and, for a model built for every shape with a profile,
+each symbolic size against the profile's bounds are checked (:func:`tvm_npu.runtime.jit.check_bounds`: the
+message an NPU partition would give, before any host work). Errors from inside the model (``jit="off"``) pass
+as they are.
+
+Calling ``relax.VirtualMachine(executable, dev)["main"]`` directly is not wrapped (the VM is TVM's class: a
+subclass or a patch would change it for every TVM user in the process); it gives TVM's ``Check failed`` for a
+bad rank, dtype or static size, and the same one-line ``ValueError`` as :func:`run` for a size outside a
+profile's bounds or a shape refused by ``jit="off"`` (those checks run inside the NPU partitions).
 """
 
 from __future__ import annotations
@@ -50,8 +58,14 @@ def run(executable: Any, *inputs: np.ndarray, device: Any = None) -> np.ndarray 
     import tvm
     from tvm import relax
 
+    from tvm_npu.runtime.jit import check_bounds, programs_of
+
     arrays = [np.asarray(a) for a in inputs]
     vm = relax.VirtualMachine(executable, device or tvm.cpu())
+    names = [vm._get_function_param_name("main", i) for i in range(vm._get_function_arity("main"))]
+    if len(arrays) != len(names):
+        raise ValueError(f"the model takes {len(names)} input(s) ({', '.join(map(repr, names))}); given {len(arrays)}")
+    check_bounds(programs_of(executable), dict(zip(names, arrays, strict=True)))
     try:
         out = vm["main"](*(tvm.runtime.tensor(a) for a in arrays))
     except (RuntimeError, ValueError, TypeError) as e:

@@ -57,9 +57,10 @@ DEFAULT_CACHE_BYTES = 1 << 30
 
 #: A partition run on the host (llvm) where the NPU cannot run it at a call's sizes: takes the DPS tensors.
 HostRun = Callable[[list[Any]], None]
-#: ``(function JSON, sizes by variable name, target, symbol) -> artifact blob``: what compiles a partition; a
-#: :data:`HostRun` instead where no tile of an operator fits the SRAM at those sizes (the documented fallback).
-Compiler = Callable[[str, Mapping[str, int], str, str], "bytes | HostRun"]
+#: ``(function JSON, sizes by variable name, target, symbol[, tuning]) -> artifact blob``: what compiles a
+#: partition; a :data:`HostRun` instead where no tile of an operator fits the SRAM at those sizes (the documented
+#: fallback). ``tuning`` (:attr:`Program.tuning`) is passed only when the program holds tuning records.
+Compiler = Callable[..., "bytes | HostRun"]
 #: A signature entry: ``("tensor" | "shape", dims)``, a dim a size (int), a variable name (str) or None
 #: (an expression of variables, checked by the compiled program).
 Param = tuple[str, tuple[int | str | None, ...]]
@@ -84,13 +85,32 @@ def set_compiler_loader(fn: Callable[[], object] | None) -> None:
     _compiler_loader = fn
 
 
-def _compile(func_json: str, values: Mapping[str, int], target: str, symbol: str) -> bytes | HostRun:
+def _compile(func_json: str, values: Mapping[str, int], target: str, symbol: str,
+             tuning: Mapping[str, Any] | None = None) -> bytes | HostRun:
     if _compiler is None and _compiler_loader is not None:
         _compiler_loader()
     if _compiler is None:
         raise RuntimeError(f"NPU partition {symbol}: no JIT compiler is installed; import tvm_npu.compiler.dynamic "
                            f"(or tvm_npu) before running a model built for every shape")
+    if tuning:
+        return _compiler(func_json, values, target, symbol, tuning)
     return _compiler(func_json, values, target, symbol)
+
+
+def tuning_digest(tuning: Mapping[str, Any] | None) -> str:
+    """A short content hash of a program's tuning records ("" for none): part of the cache key, so a program
+    compiled with other records is never reused."""
+    if not tuning:
+        return ""
+    known = _digests.get(id(tuning))
+    if known is not None and known[0] is tuning:  # a program's records, hashed once (they are never changed)
+        return known[1]
+    digest = hashlib.sha256(json.dumps(tuning, sort_keys=True).encode()).hexdigest()[:32]
+    _digests[id(tuning)] = (tuning, digest)
+    return digest
+
+
+_digests: dict[int, tuple[Mapping[str, Any], str]] = {}
 
 
 def values_key(values: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
@@ -137,6 +157,9 @@ class Program:
     inputs: dict[str, list[int | str]] = field(default_factory=dict)  # declared input dims (str: a variable)
     bounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # variable -> (min, max) of a profile
     compiled: dict[tuple[str, tuple[tuple[str, int], ...]], bytes] = field(default_factory=dict)
+    #: The tuning records the build was given (``database=``), applied to every compile of a partition:
+    #: ``{"tiles": {spec key: tile JSON}, "plans": {partition key: plan choice dict}}``; {} untuned.
+    tuning: dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         """``MAGIC | u64 header length | header JSON | payload``; the header holds the payload's SHA-256."""
@@ -151,7 +174,7 @@ class Program:
 
         header = {
             "format": FORMAT_VERSION, "target": self.target, "jit": self.jit, "inputs": self.inputs,
-            "bounds": {k: list(v) for k, v in self.bounds.items()},
+            "bounds": {k: list(v) for k, v in self.bounds.items()}, "tuning": self.tuning,
             "partitions": [{"symbol": p.symbol, "params": [[k, list(d)] for k, d in p.params],
                             "content": p.content, "func": put(p.func_json.encode())}
                            for p in self.partitions.values()],
@@ -184,7 +207,8 @@ class Program:
                  for p in header["partitions"]}
         compiled = {(c["symbol"], values_key(c["values"])): get(c["program"]) for c in header["compiled"]}
         return cls(header["target"], parts, header["jit"], header["inputs"],
-                   {k: (int(a), int(b)) for k, (a, b) in header["bounds"].items()}, compiled)
+                   {k: (int(a), int(b)) for k, (a, b) in header["bounds"].items()}, compiled,
+                   dict(header.get("tuning") or {}))
 
     def input_shapes(self, values: Mapping[str, int]) -> str:
         """The model's input shapes at ``values`` (``x=(1, 3, 48, 320)``), for messages."""
@@ -212,10 +236,16 @@ class DiskCache:
     """Compiled programs on disk by content key; LRU eviction past ``max_bytes`` (file times are the recency)."""
 
     def __init__(self, directory: str | os.PathLike | None = None, max_bytes: int | None = None) -> None:
-        self.directory = Path(directory) if directory is not None else _default_dir()
+        self._directory = Path(directory) if directory is not None else None
         env = os.environ.get("TVM_NPU_CACHE_BYTES")
         self.max_bytes = max_bytes if max_bytes is not None else int(env) if env else DEFAULT_CACHE_BYTES
         self._write_warned = False  # a cache that cannot be written says so once
+
+    @property
+    def directory(self) -> Path:
+        """The directory given, else ``$TVM_NPU_CACHE`` (else ``~/.cache/tvm-npu``) as it is now: the process's
+        cache is made at import, before a program or a test session sets the variable."""
+        return self._directory if self._directory is not None else _default_dir()
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.npu"
@@ -330,18 +360,27 @@ class JitCache:
     memory_hits: int = 0
     compile_seconds: dict[tuple[str, tuple[tuple[str, int], ...]], float] = field(default_factory=dict, repr=False)
     _entries: dict[str, Future] = field(default_factory=dict, repr=False)
+    # content addresses already computed, by (partition content, sizes, target, tuning digest): a steady-state
+    # call looks its program up without serialising and hashing its key again
+    _keys: dict[tuple[str, tuple[tuple[str, int], ...], str, str], str] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @staticmethod
-    def key(part: Partition, values: Mapping[str, int], target: str) -> str:
-        """The content address: partition, sizes, target, compiler and format versions."""
-        text = json.dumps([part.content, values_key(values), target, compiler_version(), FORMAT_VERSION])
+    def key(part: Partition, values: Mapping[str, int], target: str, tuning: Mapping[str, Any] | None = None) -> str:
+        """The content address: partition, sizes, target, tuning records, compiler and format versions."""
+        text = json.dumps([part.content, values_key(values), target, compiler_version(), FORMAT_VERSION]
+                          + ([tuning_digest(tuning)] if tuning else []))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def program(self, part: Partition, values: Mapping[str, int], target: str) -> bytes | HostRun:
-        """The artifact of ``part`` at ``values``: from memory, disk, or compiled (once per key, whatever the
-        number of threads asking); a host fallback (kept in memory only) where the NPU cannot run it."""
-        key = self.key(part, values, target)
+    def program(self, part: Partition, values: Mapping[str, int], target: str,
+                tuning: Mapping[str, Any] | None = None) -> bytes | HostRun:
+        """The artifact of ``part`` at ``values`` (compiled with ``tuning``'s records): from memory, disk, or
+        compiled (once per key, whatever the number of threads asking); a host fallback (kept in memory only)
+        where the NPU cannot run it."""
+        known = (part.content, values_key(values), target, tuning_digest(tuning))
+        key = self._keys.get(known)
+        if key is None:
+            key = self._keys[known] = self.key(part, values, target, tuning)
         with self._lock:
             future = self._entries.get(key)
             owner = future is None
@@ -352,7 +391,7 @@ class JitCache:
         if not owner:
             return future.result()
         try:
-            blob = self._load_or_compile(key, part, values, target)
+            blob = self._load_or_compile(key, part, values, target, tuning)
         except BaseException as e:
             with self._lock:
                 del self._entries[key]
@@ -361,7 +400,8 @@ class JitCache:
         future.set_result(blob)
         return blob
 
-    def _load_or_compile(self, key: str, part: Partition, values: Mapping[str, int], target: str) -> bytes | HostRun:
+    def _load_or_compile(self, key: str, part: Partition, values: Mapping[str, int], target: str,
+                         tuning: Mapping[str, Any] | None) -> bytes | HostRun:
         blob = self.disk.get(key) if self.disk is not None else None
         if blob is not None:
             with self._lock:
@@ -370,7 +410,7 @@ class JitCache:
         import time
 
         start = time.perf_counter()
-        blob = _compile(part.func_json, values, target, part.symbol)
+        blob = _compile(part.func_json, values, target, part.symbol, tuning)
         with self._lock:
             self.compiles += 1
             self.compile_seconds[(part.symbol, values_key(values))] = time.perf_counter() - start
@@ -410,16 +450,51 @@ def _program(blob: bytes) -> Program:
 
 
 def _check_policy(prog: Program, part: Partition, values: Mapping[str, int]) -> None:
-    """A ``ValueError`` for sizes outside a profile's bounds, or not compiled ahead of time with ``jit="off"``."""
+    """A ``ValueError`` for sizes below 1 or outside a profile's bounds, or not compiled ahead of time with
+    ``jit="off"``."""
     for var, n in sorted(values.items()):
-        if var in prog.bounds and not prog.bounds[var][0] <= n <= prog.bounds[var][1]:
-            lo, hi = prog.bounds[var]
-            raise ValueError(f"{prog.where(var)} is {n}, outside the bounds {lo}..{hi} of the model's shape "
-                             f"profile; accepted: {var} in {lo}..{hi}")
+        _check_bound(prog, var, n)
     if prog.jit == "off" and (part.symbol, values_key(values)) not in prog.compiled:
         shapes = sorted({prog.input_shapes(dict(v)) for s, v in prog.compiled if s == part.symbol})
         raise ValueError(f"NPU partition {part.symbol}: input shape {prog.input_shapes(values)} was not compiled "
                          f"and the model was built with jit='off'; compiled shapes: {'; '.join(shapes) or 'none'}")
+
+
+def programs_of(executable: Any) -> list[Program]:
+    """The JIT programs of an executable (a ``relax.VMExecutable`` or a loaded library): the blobs of its ``npu``
+    modules that are JIT programs; [] for a static build."""
+    stack, found = [getattr(executable, "mod", executable)], []
+    while stack:
+        mod = stack.pop()
+        stack.extend(mod.imports)
+        if mod.kind == "npu":
+            blob = npu_module.module_blob(mod)
+            if blob.startswith(MAGIC):
+                found.append(_program(blob))
+    return found
+
+
+def check_bounds(programs: Sequence[Program], arrays: Mapping[str, Any]) -> None:
+    """A ``ValueError`` naming the input and dimension when an array's symbolic size is 0 or lies outside a
+    profile's bounds (the check every partition call makes, made before the host part runs)."""
+    for prog in programs:
+        for name, dims in prog.inputs.items():
+            shape = getattr(arrays.get(name), "shape", None)
+            if shape is None or len(shape) != len(dims):
+                continue
+            for var, n in zip(dims, shape, strict=True):
+                if isinstance(var, str):
+                    _check_bound(prog, var, int(n))
+
+
+def _check_bound(prog: Program, var: str, n: int) -> None:
+    if n < 1:  # no NPU program computes an empty tensor
+        raise ValueError(f"{prog.where(var)} is {n}; accepted: {var} >= 1"
+                         + (f" (in {prog.bounds[var][0]}..{prog.bounds[var][1]})" if var in prog.bounds else ""))
+    if var in prog.bounds and not prog.bounds[var][0] <= n <= prog.bounds[var][1]:
+        lo, hi = prog.bounds[var]
+        raise ValueError(f"{prog.where(var)} is {n}, outside the bounds {lo}..{hi} of the model's shape "
+                         f"profile; accepted: {var} in {lo}..{hi}")
 
 
 def program_for(prog: Program, symbol: str, values: Mapping[str, int]) -> bytes | HostRun:
@@ -427,7 +502,7 @@ def program_for(prog: Program, symbol: str, values: Mapping[str, int]) -> bytes 
     part = prog.partitions[symbol]
     _check_policy(prog, part, values)
     ahead = prog.compiled.get((symbol, values_key(values)))
-    return ahead if ahead is not None else _cache.program(part, values, prog.target)
+    return ahead if ahead is not None else _cache.program(part, values, prog.target, prog.tuning)
 
 
 def invoke(blob: bytes, symbol: str, args: list[Any]) -> None:

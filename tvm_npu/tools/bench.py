@@ -114,6 +114,13 @@ def check_inputs(arrays: Sequence[np.ndarray], specs: Sequence[TensorSpec]) -> N
             fix = f" (convert with .astype(np.{spec.dtype}))" if a.dtype.name != spec.dtype and shape_ok else ""
             raise ValueError(f"input {spec.name!r}: the model takes {spec.text().split(': ', 1)[1]}, "
                              f"given {given}{fix}")
+    sizes: dict[str, tuple[str, int, int]] = {}  # a named dimension is one size wherever it appears
+    for a, spec in zip(arrays, specs, strict=True):
+        for i, (d, n) in enumerate(zip(spec.shape, a.shape, strict=False)):
+            if isinstance(d, str) and d != "?" and sizes.setdefault(d, (spec.name, i, n))[2] != n:
+                other, j, m = sizes[d]
+                raise ValueError(f"input {spec.name!r} dimension {i} ({d!r}) is {n}, but input {other!r} dimension "
+                                 f"{j} gives {d!r} = {m}; {d!r} names one size in every place")
 
 
 #: Seeded arrays for input specs (:func:`tvm_npu.models.inputs.random_arrays`, the one generator).
@@ -536,7 +543,7 @@ def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
     expected, llvm_s = median_latency(reference, inputs, repeat, progress)
     ort_s, ort_note = onnxruntime_column(model, inputs, repeat)
     _, timed, _ = profile_model(executable, inputs, trace=True, timing_only=True)
-    rep = model_report(timed, info)
+    rep = model_report(timed, info, input_shapes(model, inputs))
     with elapsed_bar(f"{name}: simulating", progress):
         outputs, functional, sim_s, host_s = host_latency(executable, inputs, repeat, progress)
     cycles = functional.total_cycles
@@ -558,6 +565,13 @@ def compare(name: str, model: LoadedModel | None = None, target: str = "npu",
     return Comparison(result, rep, outputs, expected, info)
 
 
-def model_report(prof: Profile, info: BuildInfo) -> ModelReport:
-    """The per-layer report of a traced run, with the host figures and the deployment memory of its build."""
-    return report(prof, info.host_macs, info.layout_transforms, info.io_bytes, build_memory(info))
+def input_shapes(model: LoadedModel, inputs: Sequence[np.ndarray]) -> str:
+    """``x=(1, 3, 224, 224)``: the shapes of a run's inputs by the model's input names (what a report names)."""
+    return ", ".join(f"{s.name}=({', '.join(map(str, a.shape))})"
+                     for s, a in zip(model_inputs(model), inputs, strict=False))
+
+
+def model_report(prof: Profile, info: BuildInfo, shape: str = "") -> ModelReport:
+    """The per-layer report of a traced run, with the host figures and the deployment memory of its build;
+    ``shape`` names the input shapes of the run (``x=(1, 3, 224, 224)``)."""
+    return report(prof, info.host_macs, info.layout_transforms, info.io_bytes, build_memory(info), shape)

@@ -31,10 +31,11 @@ from tvm_npu.compiler.shapes import check_shapes, parse_input_shapes
 from tvm_npu.config import parse_target, target_help
 from tvm_npu.models.light import randomize_weights
 from tvm_npu.relay_patterns import HostFallbackWarning
-from tvm_npu.report.layers import partition_labels
+from tvm_npu.report.layers import ModelReport, partition_labels, report
 from tvm_npu.report.roofline import plot_roofline
 from tvm_npu.report.trace import chrome_trace
-from tvm_npu.runtime.execute import PartitionRun
+from tvm_npu.runtime import jit
+from tvm_npu.runtime.execute import PartitionRun, Profile
 from tvm_npu.runtime.npu_module import load_module
 from tvm_npu.tools.bench import (
     BUNDLED,
@@ -49,6 +50,7 @@ from tvm_npu.tools.bench import (
     end_to_end,
     host_latency,
     host_text,
+    input_shapes,
     library_inputs,
     model_inputs,
     model_report,
@@ -77,6 +79,17 @@ from tvm_npu.tools.quantize import (
     random_samples,
     require_onnxruntime,
 )
+from tvm_npu.tools.shape_runs import (
+    ShapeOptions,
+    bench_shape,
+    jit_lines,
+    measure_shape,
+    model_jit_lines,
+    run_shapes,
+    shape_inputs,
+    shape_options,
+    shapes_text,
+)
 
 PROG = "tvm-npu"
 DEMO_MODEL = "tiny_convnet"
@@ -90,7 +103,7 @@ def _target_epilog() -> str:
     return "target options (--target 'npu -key=value ...'):\n" + "\n".join(lines)
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser, several: str = "run") -> None:
     p.add_argument("model", metavar="MODEL",
                    help=f"an ONNX model file (.onnx), or a bundled model name: {', '.join(BUNDLED)}")
     p.add_argument("--target", default="npu",
@@ -98,7 +111,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--randomize-weights", type=int, metavar="SEED",
                    help="replace the model's constant weights by seeded random values first (the light "
                         "models ship with constant weights, whose outputs a broken compiler can also match)")
-    _input_shape_arg(p)
+    _input_shape_arg(p, several=several)
 
 
 def _host_arg(p: argparse.ArgumentParser, runs: bool = True) -> None:
@@ -110,11 +123,18 @@ def _host_arg(p: argparse.ArgumentParser, runs: bool = True) -> None:
                            "; an -mtriple of another machine cross-compiles (export to a .tar of objects)"))
 
 
-def _input_shape_arg(p: argparse.ArgumentParser, library: bool = False) -> None:
+def _input_shape_arg(p: argparse.ArgumentParser, library: bool = False, several: str = "") -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help=("shape of an input with symbolic dimensions, for the random inputs (repeatable)" if library
                          else "static shape of an input, binding its symbolic dimensions (repeatable; without it a "
-                              "symbolic batch dimension is 1, with a warning, and any other is an error)"))
+                              "symbolic batch dimension is 1, with a warning, and a model with any other symbolic "
+                              "dimension is built once for every shape, its NPU partitions compiled on first call"
+                         + ("; the same input repeated: several shapes, each "
+                            + {"compile": "compiled ahead of time into the library",
+                               "tune": "tuned (the records apply to run-time compiles of the same operators)",
+                               "inspect": "listed as compiled ahead; operators shown at the first",
+                               }.get(several, "run: first call against steady state")
+                            if several else "") + ")"))
 
 
 def _inputs_arg(p: argparse.ArgumentParser) -> None:
@@ -158,7 +178,7 @@ def _compile_command(command: _Command) -> None:
         Prints which operators went to the NPU and which stayed on the host (llvm), the share
         of MACs on the NPU and the time of every build stage. Load the library with
         'tvm-npu run', or in Python after 'import tvm_npu' with tvm_npu.runtime.npu_module.load_module.""")
-    _model_args(p)
+    _model_args(p, "compile")
     p.add_argument("-o", "--output", required=True, type=Path, metavar="LIB.so",
                    help="shared library to write (.tar: the object files, unlinked, e.g. of a cross build)")
     _host_arg(p, runs=False)
@@ -179,8 +199,12 @@ def _inspect_command(command: _Command) -> None:
         attribute, or no tile fitting -max-sram-bytes), the MACs on each side, the
         partitions, and what the model needs on the device: DRAM for the weights, the peak of
         the live activations and the NPU programs, and the SRAM high-water mark. Runs the
-        build up to the NPU code generation (the host part is not compiled).""")
-    _model_args(p)
+        build up to the NPU code generation (the host part is not compiled). A model with
+        symbolic dimensions also gets them listed (where they are, the shapes compiled ahead),
+        its operators shown at one shape. MODEL may also be a library written by 'tvm-npu
+        compile' (LIB.so): its inputs and, when it was built for every shape, its symbolic
+        dimensions, their bounds, the compiled shapes and the tuning records it keeps.""")
+    _model_args(p, "inspect")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write everything as JSON")
     p.set_defaults(func=cmd_inspect)
 
@@ -269,7 +293,7 @@ def _tune_command(command: _Command) -> None:
         registered with a TVM RPC tracker (--rpc; start servers with
         'python -m tvm_npu.tuning.rpc_server --tracker HOST:PORT --key npu-sim').
         Apply with 'tvm-npu compile MODEL --database DIR' or build(..., database=DIR).""")
-    _model_args(p)
+    _model_args(p, "tune")
     p.add_argument("--work-dir", required=True, type=Path, metavar="DIR",
                    help="tuning work directory (created; records of other targets in it are kept and ignored)")
     p.add_argument("--trials", type=int, default=64, metavar="N",
@@ -374,16 +398,19 @@ def host_option(args: argparse.Namespace) -> tvm.target.Target:
         raise ValueError(f"--host-target {args.host_target!r}: {e}") from None
 
 
-def _load(args: argparse.Namespace, lean: bool = False) -> tuple[str, LoadedModel, str]:
-    """(name, model, normalised target) of a model command; the target is checked before any work. ``lean``
-    (a command that only compiles): a file's weights stay in it until the compiler reads them once."""
+def _load(args: argparse.Namespace, lean: bool = False) -> tuple[str, ShapeOptions, str]:
+    """(name, the model with ``--input-shape`` applied, normalised target) of a model command; the target is
+    checked before any work. ``lean`` (a command that only compiles): a file's weights stay in it until the
+    compiler reads them once."""
     target = target_option(args)
     name, model = resolve_model(args.model, lean=lean and args.randomize_weights is None)
-    model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
     if args.randomize_weights is not None:
         model = randomize_weights(model, args.randomize_weights)
         name = f"{name} (weights seed {args.randomize_weights})"
-    return name, model, target
+    opts = shape_options(model, args.input_shape)
+    if opts.jit and lean and args.randomize_weights is None:  # the JIT route imports the model whole
+        opts = shape_options(resolve_model(args.model)[1], args.input_shape)
+    return name, opts, target
 
 
 def _inputs(args: argparse.Namespace, model: LoadedModel) -> list[np.ndarray]:
@@ -442,7 +469,8 @@ def _summary(i: int, a: np.ndarray) -> str:
 
 # ----------------------------------------------------------------------------- commands
 def cmd_compile(args: argparse.Namespace) -> int:
-    name, model, target = _load(args, lean=True)
+    name, opts, target = _load(args, lean=True)
+    model = opts.model
     _writable(args.output, "-o")
     host = host_option(args)  # checked before any work
     cross = runnable_triple(host) is not None
@@ -450,7 +478,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise ValueError(f"--host-target {args.host_target}: a cross-compiled host part cannot be linked here; "
                          f"write its object files with -o {args.output.with_suffix('.tar')} and link them on the "
                          f"target (tvm.runtime.load_module needs a shared library built there)")
-    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database, host=host)
+    executable, info, seconds = build_model(model, target, dump_dir=args.dump_dir, database=args.database, host=host,
+                                            shapes=opts.build_shapes())
     del model  # (with the build's modules, which hold the weights as Relax constants: not needed to export)
     info = replace(info, partitioned=None, compiled=None)
     export_library(executable, args.output)  # the weights' blob in memory once (tvm_npu.tools.export)
@@ -460,10 +489,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"NPU:  {info.partitions} partitions: {op_counts(info.npu_ops)}")
     print(f"host: {op_counts(info.host_ops)}")
     print(f"MACs: {info.npu_macs / 1e6:,.1f} M on the NPU ({info.npu_macs / total if total else 0:.1%}), "
-          f"{info.host_macs / 1e6:,.1f} M on the host")
+          f"{info.host_macs / 1e6:,.1f} M on the host" if not opts.jit else
+          "MACs: they depend on the input shape ('tvm-npu profile --input-shape ...' reports them per shape)")
     print(f"layout: {info.transforms_inserted} transforms inserted by planning, "
           f"{info.layout_transforms} left on the host after folding")
-    if args.database is not None:
+    programs = jit.programs_of(executable)
+    print("\n".join(jit_lines(programs)))
+    if args.database is not None and programs:
+        print(f"tuning: the records of {args.database} for this target are kept in the library and applied to "
+              f"every NPU partition compiled for a shape")
+    elif args.database is not None:
         ops = sum(len(p.ops) for p in info.plans)
         print(f"tuning: {info.tuned_ops} of {ops} NPU operators use a tile tuned in {args.database} "
               f"(the others: no record for this target, or the cost model's tile was the best measured); "
@@ -475,14 +510,35 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    name, model, target = _load(args)
+    if Path(args.model).suffix in (".so", ".tar"):
+        return _inspect_library(args)
+    name, opts, target = _load(args)
     _writable(args.json, "--json")
+    model, symbolic = opts.model, []
+    if opts.jit:  # operators as a static build at one shape places them, after the symbolic dimensions
+        shapes = run_shapes(model, opts.listed)[0]
+        symbolic = [*model_jit_lines(model, opts.listed), f"operators below: at {shapes_text(shapes)} (a static "
+                    f"build's placement at that shape; give --input-shape for another)", ""]
+        model = bind_input_shapes(model, shapes, "--input-shape")
     with elapsed_bar("partitioning and generating NPU code"), warnings.catch_warnings():
         warnings.simplefilter("ignore", HostFallbackWarning)  # the table gives every host operator's reason
         result = inspect_model(model, target, name)
-    print(result.text())
+    print("\n".join([*symbolic, result.text()]))
     if args.json is not None:
-        result.write_json(args.json)
+        args.json.write_text(json.dumps({**result.to_json(), "symbolic": symbolic}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _inspect_library(args: argparse.Namespace) -> int:
+    """``inspect LIB.so``: an exported model's inputs and, for one built for every shape, its JIT programs."""
+    library = _library(Path(args.model))
+    lines = [f"library {args.model}", "inputs:", *(f"  {s.text()}" for s in library_inputs(library))]
+    programs = jit.programs_of(library)
+    lines += jit_lines(programs) if programs else ["NPU partitions compiled for static shapes"]
+    print("\n".join(lines))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"library": str(args.model), "lines": lines}, indent=1))
         print(f"wrote {args.json}")
     return 0
 
@@ -511,6 +567,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"the model takes {len(specs)} input(s): {'; '.join(s.text() for s in specs)}; give them "
                          f"with --inputs NPZ (np.savez(path, name=array, ...)) or --random-inputs SEED")
     check_inputs(inputs, specs)
+    jit.check_bounds(jit.programs_of(library), {s.name: a for s, a in zip(specs, inputs, strict=True)})
     outputs, prof, seconds = profile_model(library, inputs)
     for i, a in enumerate(outputs):
         print(_summary(i, a))
@@ -524,23 +581,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    name, model, target = _load(args)
+    name, opts, target = _load(args)
+    model = opts.model
     for path, option in ((args.trace, "--trace"), (args.plot, "--plot"), (args.json, "--json")):
         _writable(path, option)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, not {args.repeat}")
     host = host_option(args)
     runnable_host(host)
-    inputs = _inputs(args, model)
-    executable, info, build_s = build_model(model, target, host=host)
-    with elapsed_bar("simulating"):
-        _, prof, _ = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
-        _, _, seconds, host_s = host_latency(executable, inputs, args.repeat, functional=not args.timing_only)
-    rep = model_report(prof, info)
-    print(f"{name} on '{target}'")
-    print("\n".join(end_to_end(prof, info, host_s, args.repeat, host).lines()))
-    print(rep.table())
-    print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {wall_time(seconds)} wall")
+    if opts.jit:
+        prof, rep, data = _profile_shapes(args, name, opts, target, host)
+    else:
+        inputs = _inputs(args, model)
+        executable, info, build_s = build_model(model, target, host=host)
+        with elapsed_bar("simulating"):
+            _, prof, _ = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
+            _, _, seconds, host_s = host_latency(executable, inputs, args.repeat, functional=not args.timing_only)
+        rep = model_report(prof, info, input_shapes(model, inputs))
+        print(f"{name} on '{target}'")
+        print("\n".join(end_to_end(prof, info, host_s, args.repeat, host).lines()))
+        print(rep.table())
+        print(f"{name}: built in {build_s:.1f} s; {_npu_time(prof.runs)}; simulator {wall_time(seconds)} wall")
+        data = rep.to_json()
     if args.trace is not None:
         args.trace.write_text(json.dumps(chrome_trace(prof)))
         print(f"wrote {args.trace} (open in ui.perfetto.dev)")
@@ -548,28 +610,99 @@ def cmd_profile(args: argparse.Namespace) -> int:
         n = plot_roofline(prof, rep, args.plot, f"{name} on '{target}'")
         print(f"wrote {args.plot} ({n} layers)")
     if args.json is not None:
-        rep.write_json(args.json)
+        args.json.write_text(json.dumps(data, indent=1))
         print(f"wrote {args.json}")
     return 0
+
+
+def _shape_list(args: argparse.Namespace, opts: ShapeOptions) -> list[tuple[dict[str, tuple[int, ...]],
+                                                                              list[np.ndarray]]]:
+    """(shapes, inputs) to run a model built for every shape on: ``--inputs`` (their shapes), else each
+    ``--input-shape`` set (or the example shape) with seeded random inputs."""
+    if args.inputs:
+        specs = model_inputs(opts.model)
+        inputs = read_inputs(args.inputs, [s.name for s in specs])
+        check_inputs(inputs, specs)
+        return [({s.name: tuple(a.shape) for s, a in zip(specs, inputs, strict=True)}, inputs)]
+    return [(shapes, shape_inputs(opts.model, shapes)) for shapes in run_shapes(opts.model, opts.listed)]
+
+
+def _profile_shapes(args: argparse.Namespace, name: str, opts: ShapeOptions, target: str, host: tvm.target.Target
+                    ) -> tuple[Profile, ModelReport, dict]:
+    """``profile`` of a model built for every shape: per shape the first call (compile seconds per partition)
+    against the steady state, and the per-layer report naming its shape. (the first shape's profile and report,
+    the JSON of all)."""
+    executable, info, build_s = build_model(opts.model, target, host=host, shapes=opts.measured_shapes())
+    print(f"{name} on '{target}': built in {build_s:.1f} s for every input shape")
+    print("\n".join(jit_lines(jit.programs_of(executable))))
+    data: dict[str, list] = {"shapes": [], "reports": []}
+    first = None
+    for shapes, inputs in _shape_list(args, opts):
+        run = measure_shape(executable, shapes, inputs, args.repeat)
+        with elapsed_bar("simulating"):
+            _, prof, _ = profile_model(executable, inputs, trace=True, timing_only=args.timing_only)
+        rep = report(prof, info.host_macs, info.layout_transforms, shape=run.shape)  # (memory: per shape)
+        print(f"\n{run.line()}")
+        print(rep.table())
+        data["shapes"].append(run.to_json())
+        data["reports"].append(rep.to_json())
+        first = first or (prof, rep)
+    assert first is not None
+    return first[0], first[1], data
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    name, model, target = _load(args)
+    name, opts, target = _load(args)
     _writable(args.json, "--json")
-    result = bench(name, model, target, _inputs(args, model), repeat=args.repeat, host=host_option(args))
-    print("\n".join(result.lines()))
+    if opts.jit:
+        data = _bench_shapes(args, name, opts, target)
+    else:
+        result = bench(name, opts.model, target, _inputs(args, opts.model), repeat=args.repeat,
+                       host=host_option(args))
+        print("\n".join(result.lines()))
+        data = result.to_json()
     if args.json is not None:
-        args.json.write_text(json.dumps(result.to_json(), indent=1))
+        args.json.write_text(json.dumps(data, indent=1))
         print(f"wrote {args.json}")
     return 0
+
+
+def _bench_shapes(args: argparse.Namespace, name: str, opts: ShapeOptions, target: str) -> dict:
+    """``bench`` of a model built for every shape: the build, then per shape the first call (its NPU partitions
+    compiled for the shape) against the steady state, and llvm built for that shape."""
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, not {args.repeat}")
+    host = host_option(args)
+    runnable_host(host)
+    executable, info, build_s = build_model(opts.model, target, host=host, shapes=opts.measured_shapes())
+    print(f"model        {name}   target: {target}")
+    print(f"build        {build_s:.1f} s once for every input shape ({info.partitions} NPU partitions, host: "
+          f"{op_counts(info.host_ops)})")
+    rows = []
+    for shapes, _ in _shape_list(args, opts):
+        with elapsed_bar(f"{shapes_text(shapes)}"):
+            row = bench_shape(executable, opts.model, shapes, args.repeat, host)
+        print(f"shape        {row.line()}")
+        rows.append({**row.run.to_json(), "llvm_s": row.llvm_s, "max_abs_error": row.max_abs_error})
+    return {"model": name, "target": target, "build_s": build_s, "partitions": info.partitions,
+            "host_ops": dict(info.host_ops), "shapes": rows}
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from tvm_npu.tuning.tuner import tune
 
-    name, model, target = _load(args)
-    results = tune(model, target, args.work_dir, args.trials, rpc=args.rpc, key=args.key, workers=args.workers,
-                   plans=not args.no_plans, timeout_sec=args.timeout, progress=show_progress(None))
+    name, opts, target = _load(args)
+    if opts.jit and not opts.listed:
+        raise ValueError(f"{name} has symbolic dimensions: tuning measures concrete shapes; give the shapes to tune "
+                         f"with --input-shape (repeatable: NAME=D0,D1,... once per shape)")
+    sets = run_shapes(opts.model, opts.listed) if opts.jit else [None]
+    results = []
+    for shapes in sets:  # records accumulate in one work directory; a JIT build applies them to every compile
+        if shapes is not None:
+            print(f"tuning at {shapes_text(shapes)}", flush=True)
+        results += tune(opts.model, target, args.work_dir, args.trials, rpc=args.rpc, key=args.key,
+                        workers=args.workers, plans=not args.no_plans, timeout_sec=args.timeout,
+                        progress=show_progress(None), shapes=shapes)
     print(f"tuned {name} for '{target}': {len(results)} distinct NPU operators, records in {args.work_dir}")
     for r in results:
         print(f"  {r.name:<60s} x{r.calls}  {r.trials:>4d}/{r.space:<5d} measured  {r.speedup:.3f}x "
