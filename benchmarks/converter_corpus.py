@@ -95,7 +95,8 @@ def run(name: str, target: str, layers: bool, work: Path) -> dict[str, Any]:
     int8 = measure(qmodel, target, x, quantized=True)
     row = {"model": name, "fp32": fp32, "int8": int8, "int8_over_fp32_cycles": int8["cycles"] / fp32["cycles"]}
     if layers:
-        row["layers"] = layer_check(qmodel, qmodel.graph.input[0].name, x, target)["summary"]
+        inferred = onnx.shape_inference.infer_shapes(qmodel)  # the per-layer extractor needs every value's type
+        row["layers"] = layer_check(inferred, qmodel.graph.input[0].name, x, target)["summary"]
     return row
 
 

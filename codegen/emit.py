@@ -532,8 +532,9 @@ class OperatorEmitter:
         addr = [self._sram_addr(a, off) for a, off in zip([o] + [a for _, a in srcs], offs, strict=True)]
         if step.reduce:  # a row loop and the reduced loop (along which the destination does not move)
             # (TIR drops unit loops: no row loop is a one-row tile, no reduced loop a one-column row)
-            red = [v for v, st in enumerate(strides[0]) if st == 0]
-            rows = [v for v in range(len(ext)) if v not in red]
+            # (a loop of one iteration is neither: the row loop of a one-row tile has a zero stride too)
+            red = [v for v, st in enumerate(strides[0]) if st == 0 and ext[v] > 1]
+            rows = [v for v in range(len(ext)) if v not in red and ext[v] > 1]
             if len(red) > 1 or len(rows) > 1:
                 raise EmitError(f"site {ev.site.name}: a row reduction needs at most one row and one reduced loop, "
                                 f"got extents {ext} with destination strides {strides[0]}")

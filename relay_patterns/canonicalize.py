@@ -341,6 +341,22 @@ def _reciprocal_divide(func: relax.Function) -> relax.Function:
     return rewrite_call(is_op("relax.divide")(x, c), to_multiply, func)
 
 
+@relax.transform.function_pass(opt_level=0, name="tvm_npu.NegativeAsProduct")
+def negative_as_product(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+    """``-x`` -> ``x * (-1)`` for a float ``x``: the same value bit for bit (a sign flip, ``-0.0`` included), as
+    the elementwise product with a scalar the NPU runs (alone, or as a producer's epilogue step); an integer
+    negation stays as it is."""
+    x = wildcard()
+
+    def to_product(orig: relax.Call, m: dict) -> relax.Expr:
+        dtype = str(orig.ty.dtype)
+        if not dtype.startswith("float"):
+            return orig
+        return relax.op.multiply(m[x], relax.const(-1.0, dtype))
+
+    return rewrite_call(is_op("relax.negative")(x), to_product, func)
+
+
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.ReciprocalDivide")
 def reciprocal_divide(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
     """``x / c`` for a float constant ``c`` becomes ``x * (1 / c)`` (within one rounding of the quotient),
@@ -519,6 +535,7 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.lrn": "the importer's LRN (avg_pool3d, power, divide) -> an NPU pool and epilogue",
     "npu.canonicalize.spatial-mean": "a mean over H, W without keepdims -> a global average pool and a reshape",
     "npu.canonicalize.pool-chains": "max pools of one map with a smaller sibling read its result (SPP -> SPPF)",
+    "npu.canonicalize.negative": "-x -> x * (-1) for a float x (bit for bit the same)",
     "npu.canonicalize.reciprocal-divide": "x / c -> x * (1 / c) for a float constant c",
     "npu.canonicalize.bindings": "TVM's CanonicalizeBindings and DeadCodeElimination",
 }
@@ -552,6 +569,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         named("npu.canonicalize.spatial-mean", spatial_mean_keepdims),  # after QDQ (which does the 8-bit form)
         named("npu.canonicalize.fold-constants", fold_constants),
         named("npu.canonicalize.pool-chains", pool_chains),  # after QDQ: 8-bit pools chain the same way
+        named("npu.canonicalize.negative", negative_as_product),
         named("npu.canonicalize.reciprocal-divide", reciprocal_divide),  # after folding: a batch-norm's divisor
         # is then one constant
         named("npu.canonicalize.bindings", tvm.transform.Sequential([

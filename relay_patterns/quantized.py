@@ -24,6 +24,8 @@ quantized region into the integer form the NPU runs and llvm computes alike:
   ``quantize(avg_pool2d(dequantize(x)))`` whose divisor is the window size become a
   depthwise convolution with unit weights (exact window sums; padding reads the zero point)
   and a requantisation by ``s_x / (s_y * count)`` (onnxruntime's QLinearGlobalAveragePool).
+* ``quantize(sum | mean(dequantize(x)))`` over any other axes becomes an exact sum of the integers ``x - z``
+  times one constant, quantized as a lone quantize (:mod:`.qreduce`): bit-exact between llvm and the NPU.
 * ``quantize(max_pool2d | reshape | ... (dequantize(x)))`` with the same scale and zero
   point on both sides becomes the operator on the 8-bit tensor itself (quantization is
   monotone, so a max commutes with it; moving data does not change values).
@@ -72,7 +74,7 @@ from tvm_npu.simulator import quant
 
 from tvm_npu.config import DType
 
-from . import qbinary, qdivide, qlut, qpad
+from . import qbinary, qdivide, qlut, qpad, qreduce
 from .patterns import HostFallbackWarning
 from .spatial_mean import spatial_layout
 
@@ -135,7 +137,8 @@ class _QdqToInteger(relax.PyExprMutator):
         if _op(call) != _Q:
             return call
         try:
-            return self._rewrite(call)
+            summed = self._integer_sum(call)
+            return summed if summed is not None else self._rewrite(call)
         except _Skip as why:
             if str(why):
                 warnings.warn(f"{why}: it runs as float32 between dequantize and quantize (the float operator on "
@@ -273,6 +276,28 @@ class _QdqToInteger(relax.PyExprMutator):
             return qbinary.rewrite(self, call, out, _ratio)
         except qbinary.Skip as why:
             raise _Skip(str(why)) from None
+
+    def _integer_sum(self, q: relax.Call) -> relax.Expr | None:
+        """``quantize(sum | mean(dequantize(x)))`` over any axes but a global average pool's: the sum of the
+        integers ``x - z``, exact in any order, times one constant (:mod:`.qreduce`), then the quantize; None
+        for anything else (a per-axis or non-constant parameter too: the float operator between the lone
+        DQ and Q)."""
+        reduction = self._resolve(q.args[0])
+        op = _op(reduction)
+        if op not in qreduce.OPS or (op == "relax.mean" and spatial_layout(reduction) is not None):
+            return None
+        dq = self._resolve(reduction.args[0])
+        dt = _dtype(dq.args[0]) if _op(dq) == _DQ else None
+        if dt is None or not dt.is_quantized or str(reduction.ty.dtype) != "float32":
+            return None
+        try:
+            s, z = float(_scalar(dq.args[1], "input scale")), int(_scalar(dq.args[2], "input zero point"))
+        except _Skip:
+            return None
+        value = qreduce.integer_sum(reduction, dq.args[0], s, z, self._emit)
+        if value is None:
+            return None
+        return relax.Call(q.op, [self._emit(value), *q.args[1:]], q.attrs, q.ty_args)
 
     # ------------------------------------------------------------ global average
     def _global_average(self, mean: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,

@@ -456,9 +456,10 @@ def _without(t: Node, f: Node) -> Node:
 
 
 def program(out: Node, params: dict[str, str]) -> tuple[RowStep, ...]:
-    """The vector steps computing ``out`` (one value per element) over one tile of rows."""
-    if level(out) != 2 or out[0] in ("x", "p"):
-        raise NotRowwise("the expression computes no new value per element")
+    """The vector steps computing ``out`` (one value per element, or one per row: a reduction's result, the
+    last step then a per-row one) over one tile of rows."""
+    if level(out) == 0 or out[0] in ("x", "p"):
+        raise NotRowwise("the expression computes no new value per element or per row")
     em = _Emitter(params)
     last = em.value(out)
     if last != f"rw{len(em.steps) - 1}":

@@ -4,7 +4,10 @@ A *row program* is a connected subgraph of elementwise operators (add, subtract,
 maximum, minimum, clip, power by a constant, sqrt, rsqrt, exp, log, abs, negative), row reductions (sum, mean,
 max, min, variance over a set of trailing axes, ``keepdims``), reshapes and broadcasts of per-row
 values over their rows, computed from ONE tensor ``x`` and constants, whose one result has ``x``'s
-element count. The reductions fix the row: ``cols`` consecutive elements of ``x`` in row-major
+element count or one value per row (a plain reduction, ``keepdims`` or not, with any elementwise prologue:
+``mean(x * x)``; the template writes it as ``rows x 1``, which is the reduced shape's row-major order). A
+mean over H and W of NCHW / NHWC alone is left to the pattern table's global average pool. The reductions
+fix the row: ``cols`` consecutive elements of ``x`` in row-major
 order, so a norm over H, W of NCHW (InstanceNorm) or over (C/G, H, W) after a group reshape
 (GroupNorm) is a view of rows like a norm over the last axis. Constants are classified by how they
 line up with the ``rows x cols`` view (:class:`Along`: per position in the row, per row, or per
@@ -38,6 +41,7 @@ from tvm_npu.core.ops import Along, RowKind, RowParam, RowwiseSpec, TensorRef
 
 from . import rowwise_algebra as alg
 from .extract import ExtractedOp, GenericConst, const_array, tensor_type
+from .spatial_mean import spatial_layout
 
 #: The composite name of a recognised row program.
 ROW_PROGRAM = "npu.row_program"
@@ -75,12 +79,14 @@ def _float_tensor(expr: relax.Expr) -> tuple[int, ...]:
 
 
 def _reduced_cols(call: relax.Call) -> int:
-    """The row length of a reduction over trailing axes with ``keepdims`` (else :class:`NotRowwise`)."""
+    """The row length of a reduction over trailing axes (no ``axis``: all of them, one row), else
+    :class:`NotRowwise`. Without ``keepdims`` its value drops the reduced axes; where it would then
+    broadcast against the rows, :meth:`_Canon._operand` refuses it."""
     shape = _float_tensor(call.args[0])
-    axes = sorted(int(a) % len(shape) for a in call.attrs.axis) if call.attrs.axis is not None else []
-    if not call.attrs.keepdims or not axes or axes != list(range(axes[0], len(shape))):
-        raise alg.NotRowwise(f"{call.op.name} over axes {axes} of {list(shape)} (keepdims={call.attrs.keepdims}); "
-                             "a row is a set of trailing axes kept as ones")
+    rank = len(shape)
+    axes = sorted(int(a) % rank for a in call.attrs.axis) if call.attrs.axis is not None else list(range(rank))
+    if not axes or axes != list(range(axes[0], len(shape))):
+        raise alg.NotRowwise(f"{call.op.name} over axes {axes} of {list(shape)}; a row is a set of trailing axes")
     return math.prod(shape[axes[0]:])
 
 
@@ -227,9 +233,20 @@ def recognise(root: relax.Expr, bindings: Mapping[relax.Var, relax.Expr]) -> Row
     data = _data_of(bindings)
     canon = _Canon(bindings, data, _row_length(bindings))
     expr = canon.node(root)
-    if math.prod(_float_tensor(root)) != canon.rows * canon.cols or alg.level(expr) != 2:
-        raise alg.NotRowwise("the subgraph's result is not one value per element of its data")
+    size = math.prod(_float_tensor(root))
+    per_element = size == canon.rows * canon.cols and alg.level(expr) == 2
+    if not per_element and not (size == canon.rows and alg.level(expr) == 1):
+        raise alg.NotRowwise("the subgraph's result is neither one value per element of its data nor one per row")
+    if not per_element and _global_pool(bindings):
+        raise alg.NotRowwise("a mean over H and W of a 4-D tensor: the NPU's global average pool")
     return RowProgram(data, canon.rows, canon.cols, expr, canon.params)
+
+
+def _global_pool(bindings: Mapping[relax.Var, relax.Expr]) -> bool:
+    """The subgraph is one mean over the spatial axes of NCHW or NHWC (the pattern table's global average
+    pool, which keeps that form), with nothing else but reshapes."""
+    calls = [c for c in bindings.values() if isinstance(c, relax.Call) and c.op.name != "relax.reshape"]
+    return len(calls) == 1 and calls[0].op.name == "relax.mean" and spatial_layout(calls[0]) is not None
 
 
 def _constants(node: alg.Node) -> set[float]:
@@ -348,30 +365,52 @@ def find_row_programs(func: relax.Function, accept: Callable[[relax.Var, dict], 
                       ) -> list[tuple[relax.Var, dict[relax.Var, relax.Call]]]:
     """The subgraphs of ``func`` that are row programs, as (result, bindings in program order): for each tensor
     read by a reduction, the largest program computed from it whose intermediate values nothing else reads
-    and that ``accept`` takes (default :func:`recognise`; it raises :class:`NotRowwise` to refuse)."""
+    and that ``accept`` takes (default :func:`recognise`; it raises :class:`NotRowwise` to refuse). Programs
+    with one value per element of their data are found first, then, over what is left, those with one value
+    per row (a plain reduction), so a normalisation is never cut at its per-row statistics."""
     calls = {b.var: b.value for block in func.body.blocks for b in block.bindings
              if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)}
     uses = _uses(func)
     found, taken = [], set()
-    candidates = [a for c in calls.values() if c.op.name in REDUCTIONS for a in _chain(c.args[0], calls)]
-    for data in dict.fromkeys(candidates):
-        region = _grow(data, calls)
-        members = set(region)
-        for out in reversed(region):
-            closure = _closure(out, calls, members)
-            sub = {v: calls[v] for v in region if v in closure}  # (in program order)
-            if out in taken or any(v in taken for v in sub):
-                continue
-            if any(u not in sub for v in sub if v is not out for u in uses.get(v, ())):
-                continue  # an intermediate value is read elsewhere: not one operator
-            try:
-                (accept or recognise)(out, sub)
-            except (alg.NotRowwise, ValueError):
-                continue
-            found.append((out, sub))
-            taken |= set(sub)
-            break
+    chains = [_chain(c.args[0], calls) for c in calls.values() if c.op.name in REDUCTIONS]
+    for per_row in (False, True):  # a reduction's own program from its furthest data: its prologue fused in
+        for data in dict.fromkeys(a for chain in chains for a in (reversed(chain) if per_row else chain)):
+            hit = _largest(data, calls, uses, taken, per_row, accept or recognise)
+            if hit is not None:
+                found.append(hit)
+                taken |= set(hit[1])
     return found
+
+
+def _elements(expr: relax.Expr) -> int | None:
+    try:
+        return math.prod(tensor_type(expr)[0])
+    except ValueError:
+        return None
+
+
+def _largest(data: relax.Var, calls: Mapping[relax.Var, relax.Call], uses: Mapping[relax.Var, set], taken: set,
+             per_row: bool, accept: Callable[[relax.Var, dict], object],
+             ) -> tuple[relax.Var, dict[relax.Var, relax.Call]] | None:
+    """The largest program computed from ``data`` that takes nothing in ``taken`` (with ``per_row`` False, only one
+    whose result has ``data``'s element count)."""
+    region = _grow(data, calls)
+    members = set(region)
+    for out in reversed(region):
+        if not per_row and _elements(out) != _elements(data):
+            continue
+        closure = _closure(out, calls, members)
+        sub = {v: calls[v] for v in region if v in closure}  # (in program order)
+        if out in taken or any(v in taken for v in sub):
+            continue
+        if any(u not in sub for v in sub if v is not out for u in uses.get(v, ())):
+            continue  # an intermediate value is read elsewhere: not one operator
+        try:
+            accept(out, sub)
+        except (alg.NotRowwise, ValueError):
+            continue
+        return out, sub
+    return None
 
 
 def _chain(expr: relax.Expr, calls: Mapping[relax.Var, relax.Call]) -> list[relax.Var]:

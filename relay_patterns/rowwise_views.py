@@ -5,9 +5,11 @@ row. A normalisation over other contiguous axes (an L2 normalisation over the ch
 SSD's L2Norm and ONNX ``LpNormalization(axis=1)`` compute it; a norm over axis 1 of (N, C, L)) is
 rewritten onto ``permute_dims(x, p)`` with ``p`` moving those axes to the end: the same operators with
 their constants transposed alike and their reductions over the trailing axes, then the inverse
-``permute_dims``. Inside a partition both transposes are views, so the one row-wise operator reads
+``permute_dims`` (none for a result without the reduced axes: a reduction without ``keepdims`` gives
+the kept axes in their order, as the original did, e.g. a ViT head's mean over the tokens of
+``[N, T, C]``). Inside a partition both transposes are views, so the one row-wise operator reads
 its rows and writes its result through strides. Only where the rewritten subgraph is a row program
-(float32, static shapes, every value of the data's rank), so no transpose is left on the host for
+(float32, static shapes, every value but a reduced result of the data's rank), so no transpose is left on the host for
 nothing.
 """
 
@@ -26,14 +28,17 @@ _REDUCE = {"relax.sum": relax.op.sum, "relax.mean": relax.op.mean, "relax.max": 
 
 def _moved_axes(sub: dict[relax.Var, relax.Call], rank: int) -> list[int]:
     """The permutation moving the one set of contiguous axes every reduction of ``sub`` reduces to the end
-    (:class:`NotRowwise` when they are already last, differ, or are not contiguous)."""
+    (:class:`NotRowwise` when they are already last, differ, or are not contiguous). Only the result may drop
+    the reduced axes (a reduction without ``keepdims``: one value per row, in the kept axes' order)."""
     sets = set()
-    for call in sub.values():
-        if len(tensor_type(call)[0]) != rank:
+    result = next(reversed(sub))
+    for var, call in sub.items():
+        dropped = var is result and call.op.name in REDUCTIONS and not call.attrs.keepdims
+        if len(tensor_type(call)[0]) != rank and not dropped:
             raise alg.NotRowwise("a value of another rank than the data's")
         if call.op.name in REDUCTIONS:
-            if not call.attrs.keepdims or call.attrs.axis is None:
-                raise alg.NotRowwise("a reduction without keepdims")
+            if (not call.attrs.keepdims and not dropped) or call.attrs.axis is None:
+                raise alg.NotRowwise("a reduction without keepdims inside the program")
             sets.add(tuple(sorted(int(a) % rank for a in call.attrs.axis)))
         elif call.op.name in ("relax.reshape", "relax.broadcast_to"):
             raise alg.NotRowwise("a reshape inside a program over leading axes")
@@ -72,7 +77,8 @@ def _permuted(sub: dict[relax.Var, relax.Call], data: relax.Var, perm: list[int]
     for var, call in sub.items():
         if call.op.name in REDUCTIONS:
             moved = len(call.attrs.axis)
-            value = _REDUCE[call.op.name](new[call.args[0]], list(range(rank - moved, rank)), keepdims=True)
+            value = _REDUCE[call.op.name](new[call.args[0]], list(range(rank - moved, rank)),
+                                          keepdims=bool(call.attrs.keepdims))
         else:
             value = relax.Call(call.op, [arg(a) for a in call.args], call.attrs)
         new[var] = bind(var.name, value)
@@ -85,6 +91,8 @@ def _plan(out: relax.Var, sub: dict[relax.Var, relax.Call], dataflow: bool) -> l
     perm = _moved_axes(sub, len(tensor_type(data)[0]))
     bindings, result = _permuted(sub, data, perm, dataflow)
     recognise(result, dict(bindings[1:]))  # the rebuilt subgraph is a row program over the transposed data
+    if len(tensor_type(result)[0]) < len(perm):  # the kept axes, in their order: the result as it is
+        return [*bindings[:-1], (out, bindings[-1][1])]
     inverse = [perm.index(a) for a in range(len(perm))]
     return [*bindings, (out, relax.BlockBuilder().normalize(relax.op.permute_dims(result, inverse)))]
 

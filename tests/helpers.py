@@ -319,3 +319,34 @@ def ort_session(model, *, basic: bool):
     else:
         options.add_session_config_entry("session.qdqisint8allowed", "1")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def check_against_references(model, x: np.ndarray | None = None, *, target: str = "npu",
+                             host_ops: Mapping[str, int] | None = None, partitions: int | None = 1,
+                             scale: float = 1.0):
+    """Build an fp32 ONNX ``model`` (one input) for ``target`` and run it on ``x`` (default: ``scale`` times a
+    seeded standard normal): within rtol 1e-4 / atol 1e-5 of the llvm reference and of onnxruntime, exactly
+    ``host_ops`` on the host (default none) and ``partitions`` NPU partitions (None: not checked). Returns
+    the ``BuildInfo`` for further checks."""
+    import onnxruntime
+    import tvm
+    from tvm import relax
+
+    import tvm_npu
+
+    if x is None:
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = (np.random.default_rng(1).standard_normal(shape) * scale).astype(np.float32)
+    ex, info = tvm_npu.build_with_info(model, target)
+
+    def run(executable: object) -> np.ndarray:
+        return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+    out, ref = run(ex), run(tvm_npu.build_reference(model))
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {model.graph.input[0].name: x})
+    assert info.host_ops == dict(host_ops or {}), info.host_ops
+    assert partitions is None or info.partitions == partitions, info.partitions
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    return info

@@ -12,10 +12,12 @@ programs below) and stored. The fixed programs are:
 * layer norm: ``mean = rowsum(x) / n``, ``d = x - mean``, ``var = rowsum(d * d) / n``,
   ``r = rsqrt(var + eps)``, ``y = d * r [* gamma] [+ beta]``.
 
-Per-row values (max, sum, ...) and per-row parameters are broadcast back over the row by a zero
+A program whose last step is a per-row one (a plain reduction: ``mean``, ``sum``, ``max``, ``min`` of the
+rows) stores one value per row, a ``rows x 1`` result. Per-row values (max, sum, ...) and per-row
+parameters are broadcast back over the row by a zero
 element stride, which every vector source allows; per-position parameters (gamma) along the rows
 the same way. Elementwise consumers fused at ``-fusion>=1`` follow
-as ordinary epilogue steps.
+as ordinary epilogue steps (not after a per-row result: its consumer stays an operator of its own).
 """
 
 from __future__ import annotations
@@ -264,6 +266,10 @@ class Rowwise(OpKind):
 
     # -------------------------------------------------------------- tile space
     def axes(self, spec: RowwiseSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
+        if spec.per_row and spec.epilogue:
+            # the epilogue stages are made over the rows' elements; a per-row result leaves its consumer
+            # an operator of its own
+            return {"rows": [], "stages": [opts.pipeline_stages]}
         if spec.cols != spec.out.shape[-1] and any(e.broadcast == Broadcast.CHANNEL for e in spec.epilogue):
             # a per-channel operand runs along the output's last axis, which a row spanning several axes is not:
             # no tile computes it (the plan's fusion then leaves the step an operator of its own)
@@ -283,7 +289,8 @@ class Rowwise(OpKind):
             if i in places or (i == last and not spec.epilogue):
                 continue  # in place, or the stored result (below)
             buffers.append((tile.rows if st.row else full) * isz)
-        buffers.append((2 if s > 1 else 1) * full * spec.out.dtype.itemsize)  # the stored result
+        stored = tile.rows if spec.per_row else full
+        buffers.append((2 if s > 1 else 1) * stored * spec.out.dtype.itemsize)  # the stored result
         # epilogue steps work in place on the last row stage, unless they change the type (a cast)
         buffers += [full * z for z in step_itemsizes(spec, spec.data.dtype)[:-1] if z != isz]
         buffers += [s * _along_extent(how, tile.rows, cols) * t.dtype.itemsize for _, t, how in row_inputs(spec)]
@@ -328,7 +335,10 @@ class Rowwise(OpKind):
                     loads += copy_cost(hw, e.operand.dtype, (cols,), (0,), (cols,))
                 else:
                     loads += copy_cost(hw, e.operand.dtype, shape, (r0, 0), (n, cols))
-            store = copy_cost(hw, spec.out.dtype, shape, (r0, 0), (n, cols))
+            if spec.per_row:  # one value per row: a ``rows x 1`` result
+                store = copy_cost(hw, spec.out.dtype, (rows, 1), (r0, 0), (n, 1))
+            else:
+                store = copy_cost(hw, spec.out.dtype, shape, (r0, 0), (n, cols))
             yield Step(loads=Copy(), vector=self.row_cycles(spec, n, hw), store=store, operands=loads, slot=slot)
 
     def traffic_floor(self, spec: RowwiseSpec, tile: RowTile, hw: HardwareConfig) -> float:
@@ -344,7 +354,8 @@ class Rowwise(OpKind):
     # ----------------------------------------------------------------- reports
     def describe(self, spec: RowwiseSpec) -> str:
         epi = "".join(f"+{e.kind.value}" for e in spec.epilogue)
-        steps = f" ({len(spec.program)} steps)" if spec.kind == RowKind.PROGRAM else ""
+        steps = f" ({len(spec.program)} steps{', one value per row' if spec.per_row else ''})" \
+            if spec.kind == RowKind.PROGRAM else ""
         return f"{spec.kind.value}{steps}{epi} {spec.data.shape} over rows of {spec.cols}"
 
 

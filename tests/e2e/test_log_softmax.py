@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 import tvm
+from helpers import check_against_references  # tests/ is on sys.path
 from onnx_net import OnnxNet  # tests/ is on sys.path
-from tvm import relax
 from tvm.script import relax as R
 from tvm_npu.relay_patterns.log_softmax import log_softmax_as_primitives
 
@@ -25,18 +24,7 @@ LOG_SOFTMAX = ["VRMAX", "VSUB", "VEXP", "VRSUM", "VLOG", "VSUB"]
 
 def _check(model: onnx.ModelProto, scale: float = 1.0) -> tvm_npu.BuildInfo:
     """NPU vs llvm and onnxruntime (inputs ``scale`` times a standard normal); no host operator, one partition."""
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = (np.random.default_rng(1).standard_normal(shape) * scale).astype(np.float32)
-    ex, info = tvm_npu.build_with_info(model, "npu")
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ref = relax.VirtualMachine(tvm_npu.build_reference(model), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ort = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    (expected,) = ort.run(None, {"x": x})
-    assert info.host_ops == {}, info.host_ops
-    assert info.partitions == 1, info.partitions
-    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
-    return info
+    return check_against_references(model, scale=scale)
 
 
 def _programs(info: tvm_npu.BuildInfo) -> list[list[str]]:

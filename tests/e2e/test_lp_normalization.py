@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 import tvm
+from helpers import check_against_references  # tests/ is on sys.path
 from onnx import TensorProto, helper
 from onnx_net import OnnxNet  # tests/ is on sys.path
-from tvm import relax
 
 import tvm_npu
 from tvm_npu.compiler.lp_norm import LpNormImportError
@@ -23,15 +22,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> tvm_npu.BuildInfo:
     """NPU vs onnxruntime and llvm on ``x``; no host operator, one partition, one row program."""
-    ex, info = tvm_npu.build_with_info(model, "npu")
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ref = relax.VirtualMachine(tvm_npu.build_reference(model), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ort = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    (expected,) = ort.run(None, {"x": x})
-    assert info.host_ops == {}, info.host_ops
-    assert info.partitions == 1, info.partitions
-    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+    info = check_against_references(model, x)
     programs = [o.spec for p in info.plans for o in p.ops if isinstance(o.spec, RowwiseSpec)]
     assert [s.kind for s in programs] == [RowKind.PROGRAM], programs
     return info

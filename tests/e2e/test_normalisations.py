@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 import tvm
+from helpers import check_against_references  # tests/ is on sys.path
 from onnx import TensorProto, helper
 from onnx_net import OnnxNet  # tests/ is on sys.path
 from tvm import relax
@@ -26,17 +26,7 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def _check(model: onnx.ModelProto, programs: int = 1) -> tvm_npu.BuildInfo:
     """NPU vs llvm and onnxruntime; no host operator, one partition, ``programs`` row programs."""
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    ex, info = tvm_npu.build_with_info(model, "npu")
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ref = relax.VirtualMachine(tvm_npu.build_reference(model), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    ort = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    (expected,) = ort.run(None, {"x": x})
-    assert info.host_ops == {}, info.host_ops
-    assert info.partitions == 1, info.partitions
-    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    info = check_against_references(model)
     assert len(_programs(info)) == programs, [type(o.spec).__name__ for p in info.plans for o in p.ops]
     return info
 

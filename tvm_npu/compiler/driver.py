@@ -49,6 +49,7 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.canonicalize.lrn              LRN stays the importer's avg_pool3d form (on the host)
     npu.canonicalize.spatial-mean     a mean over H, W without keepdims stays (on the host)
     npu.canonicalize.pool-chains      max pools of one map are not chained (SPP stays SPP)
+    npu.canonicalize.negative         -x stays a negation (on the host)
     npu.canonicalize.reciprocal-divide  x / c stays a division
     npu.canonicalize.bindings         no CanonicalizeBindings / DeadCodeElimination
     npu.schedule.depthwise-vector     depthwise conv2d on the tensor engine only (the target

@@ -345,6 +345,9 @@ class RowwiseSpec(_OpBase):
             raise ValueError(f"a {self.kind.value} row-wise operator {needs} step program")
         if self.data.size % self.cols:
             raise ValueError(f"rows of {self.cols} elements do not tile the data {self.data.shape}")
+        if self.out.size != (self.rows if self.per_row else self.data.size):
+            raise ValueError(f"a row-wise output {self.out.shape} is neither one value per row nor per element "
+                             f"of {self.data.shape} in rows of {self.cols}")
 
     def _main_inputs(self) -> tuple[TensorRef, ...]:
         return (self.data, *(t for t in (self.gamma, self.beta) if t is not None), *(p.ref for p in self.params))
@@ -357,6 +360,11 @@ class RowwiseSpec(_OpBase):
     @property
     def rows(self) -> int:
         return self.data.size // self.cols
+
+    @property
+    def per_row(self) -> bool:
+        """The result is one value per row (a reduction, as ``rows x 1``), not one per element."""
+        return self.kind == RowKind.PROGRAM and self.program[-1].row
 
     macs = 0
 
