@@ -41,7 +41,7 @@ from tvm_npu.core.ops import Along, RowKind, RowParam, RowwiseSpec, TensorRef
 
 from . import rowwise_algebra as alg
 from .extract import ExtractedOp, GenericConst, const_array, tensor_type
-from .spatial_mean import spatial_layout
+from .spatial_mean import SPATIAL_AXES
 
 #: The composite name of a recognised row program.
 ROW_PROGRAM = "npu.row_program"
@@ -216,11 +216,13 @@ def _row_length(bindings: Mapping[relax.Var, relax.Expr]) -> int:
 
 
 def _data_of(bindings: Mapping[relax.Var, relax.Expr]) -> relax.Var:
-    """The one tensor the subgraph reads from outside (constants aside)."""
+    """The one tensor the subgraph reads from outside (constants aside; a reshape's target shape passed in
+    as a shape value, as a symbolic build's composite functions get it, is not data)."""
     leaves = []
     for call in bindings.values():
         for a in call.args if isinstance(call, relax.Call) else ():
-            if isinstance(a, relax.Var) and a not in bindings and not any(a.same_as(v) for v in leaves):
+            if isinstance(a, relax.Var) and a not in bindings and not any(a.same_as(v) for v in leaves) \
+                    and isinstance(a.ty, relax.TensorType):
                 leaves.append(a)
     if len(leaves) != 1:
         raise alg.NotRowwise(f"a row program reads one tensor, this subgraph {len(leaves)}")
@@ -246,7 +248,11 @@ def _global_pool(bindings: Mapping[relax.Var, relax.Expr]) -> bool:
     """The subgraph is one mean over the spatial axes of NCHW or NHWC (the pattern table's global average
     pool, which keeps that form), with nothing else but reshapes."""
     calls = [c for c in bindings.values() if isinstance(c, relax.Call) and c.op.name != "relax.reshape"]
-    return len(calls) == 1 and calls[0].op.name == "relax.mean" and spatial_layout(calls[0]) is not None
+    if len(calls) != 1 or calls[0].op.name != "relax.mean" or calls[0].attrs.axis is None:
+        return False
+    # by rank and axes, not by static sizes: a symbolic build judges the same mean at its probe size
+    ndim = getattr(calls[0].args[0].ty, "ndim", -1)
+    return ndim == 4 and tuple(sorted(int(a) % 4 for a in calls[0].attrs.axis)) in SPATIAL_AXES
 
 
 def _constants(node: alg.Node) -> set[float]:
