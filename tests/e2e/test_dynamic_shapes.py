@@ -150,7 +150,8 @@ def test_exported_library_compiles_a_new_shape_in_a_fresh_process(tmp_path: Path
         print(jit.cache().compiles, jit.cache().disk_hits)
     """)
     env = {"TVM_NPU_CACHE": str(tmp_path / "shared"), "PATH": "/usr/bin:/bin"}
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    # -P: from a source checkout the working directory would shadow the installed package
+    runs = [subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, env=env, timeout=300)
             for _ in range(2)]
     assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-2000:] + runs[1].stderr[-2000:]
     assert [r.stdout.split() for r in runs] == [["1", "0"], ["0", "1"]]
