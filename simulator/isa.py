@@ -363,7 +363,7 @@ class _VecBase:
 
     def types(self) -> tuple[DType, DType]:
         """(source, destination) element types; they differ only for VecRequant and VecCast."""
-        return self.dtype, self.dtype  # type: ignore[attr-defined]
+        return self.dtype, self.dtype
 
     def accesses(self) -> tuple[Access, ...]:
         """(dst, src, then ``other`` or the bias): dst is written with distinct elements, sources may broadcast."""
@@ -546,8 +546,24 @@ class VecRequant(_VecBase):
         return dst, src, scale
 
 
+class _EightBitPair(_VecBase):
+    """The 8-bit instructions of two tensors (``src`` and ``other``, both ``src_dtype``) and an 8-bit
+    result (``dst_dtype``): their types and accesses (the records keep their own fields, in their order)."""
+
+    __slots__ = ()
+
+    def types(self) -> tuple[DType, DType]:
+        return self.src_dtype, self.dst_dtype
+
+    def accesses(self) -> tuple[Access, Access, Access]:
+        dst, src = _VecBase.accesses(self)
+        other = _sram("other_addr", "other_strides", self.other_addr, self.shape,
+                      self.other_strides, self.src_dtype, read=True, distinct=False)
+        return dst, src, other
+
+
 @dataclass(frozen=True, slots=True)
-class VecQAdd(_VecBase):
+class VecQAdd(_EightBitPair):
     """Sum of two 8-bit tensors with their own scales, requantised:
     ``clip(round_half_to_even((offset + float32(src) * scale_a) + float32(other) * scale_b), lo, hi)``.
 
@@ -569,18 +585,9 @@ class VecQAdd(_VecBase):
 
     opcode: ClassVar[Opcode] = Opcode.VQADD
 
-    def types(self) -> tuple[DType, DType]:
-        return self.src_dtype, self.dst_dtype
-
-    def accesses(self) -> tuple[Access, Access, Access]:
-        dst, src = _VecBase.accesses(self)
-        other = _sram("other_addr", "other_strides", self.other_addr, self.shape, self.other_strides,
-                      self.src_dtype, read=True, distinct=False)
-        return dst, src, other
-
 
 @dataclass(frozen=True, slots=True)
-class VecQMul(_VecBase):
+class VecQMul(_EightBitPair):
     """Product of two 8-bit tensors with their own scales, requantised:
     ``clip(round_half_to_even(float32((src - zero_a) * (other - zero_b)) * ratio + zero_y), lo, hi)``.
 
@@ -602,15 +609,6 @@ class VecQMul(_VecBase):
     dst_dtype: DType
 
     opcode: ClassVar[Opcode] = Opcode.VQMUL
-
-    def types(self) -> tuple[DType, DType]:
-        return self.src_dtype, self.dst_dtype
-
-    def accesses(self) -> tuple[Access, Access, Access]:
-        dst, src = _VecBase.accesses(self)
-        other = _sram("other_addr", "other_strides", self.other_addr, self.shape, self.other_strides,
-                      self.src_dtype, read=True, distinct=False)
-        return dst, src, other
 
 
 @dataclass(frozen=True, slots=True)

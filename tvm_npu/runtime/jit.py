@@ -147,6 +147,16 @@ class Partition:
         return [a for i, a in enumerate(args) if i not in shapes]
 
 
+def _framed(data: bytes, magic: bytes, what: str) -> tuple[dict, bytes]:
+    """(header, payload) of ``magic | u32 header length | JSON header | payload``, the framing of a JIT program
+    and of a disk-cache entry; a ``ValueError`` naming ``what`` when ``data`` is not one."""
+    if not data.startswith(magic) or len(data) < len(magic) + _LEN.size:
+        raise ValueError(f"not {what} (bad magic or truncated)")
+    (n,) = _LEN.unpack_from(data, len(magic))
+    start = len(magic) + _LEN.size
+    return json.loads(data[start:start + n]), data[start + n:]  # a damaged header: JSONDecodeError, a ValueError
+
+
 @dataclass
 class Program:
     """What a JIT program blob holds (:meth:`encode` / :meth:`decode`)."""
@@ -189,12 +199,7 @@ class Program:
     @classmethod
     def decode(cls, blob: bytes) -> Program:
         """The program of a JIT blob; a ``ValueError`` when it is damaged, truncated or of another format."""
-        if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + _LEN.size:
-            raise ValueError("not a JIT NPU program (bad magic or truncated)")
-        (n,) = _LEN.unpack_from(blob, len(MAGIC))
-        start = len(MAGIC) + _LEN.size
-        header = json.loads(blob[start:start + n])
-        payload = blob[start + n:]
+        header, payload = _framed(blob, MAGIC, "a JIT NPU program")
         if header.get("format") != FORMAT_VERSION or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
             raise ValueError(f"JIT NPU program of format {header.get('format')} or damaged "
                              f"(this runtime reads format {FORMAT_VERSION})")
@@ -272,12 +277,7 @@ class DiskCache:
 
     @staticmethod
     def _unpack(key: str, data: bytes) -> bytes:
-        if not data.startswith(_CACHE_MAGIC) or len(data) < len(_CACHE_MAGIC) + _LEN.size:
-            raise ValueError("not an NPU JIT cache entry")
-        (n,) = _LEN.unpack_from(data, len(_CACHE_MAGIC))
-        start = len(_CACHE_MAGIC) + _LEN.size
-        header = json.loads(data[start:start + n])
-        blob = data[start + n:]
+        header, blob = _framed(data, _CACHE_MAGIC, "an NPU JIT cache entry")
         if header.get("key") != key:
             raise ValueError(f"an entry for another key ({str(header.get('key'))[:16]}...)")
         if header.get("length") != len(blob) or hashlib.sha256(blob).hexdigest() != header.get("sha256"):
