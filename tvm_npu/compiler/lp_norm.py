@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tvm_npu.compiler.node_rewrite import replace_nodes
+
 #: The first opset whose ``ReduceSum`` takes its axes as an input.
 _AXES_INPUT_OPSET = 13
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
@@ -75,19 +77,14 @@ def _nodes(node: onnx.NodeProto, elem_type: int, opset: int,
 def lp_norms_as_reductions(model: onnx.ModelProto, elem_types: Mapping[str, int], opset: int) -> int:
     """Replace, in place, every main-graph float ``LpNormalization`` of ``model`` (``elem_types``: the element
     type of each value) by the operators computing it; returns how many."""
-    graph, kept, inits, count = model.graph, [], [], 0
-    for node in graph.node:
-        elem = elem_types.get(node.input[0]) if node.input else None
+
+    def expand(node: onnx.NodeProto, inits: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
         if node.op_type != "LpNormalization" or node.domain not in ("", "ai.onnx"):
-            kept.append(node)
-            continue
+            return None
+        elem = elem_types.get(node.input[0]) if node.input else None
         if elem not in _FLOAT_TYPES:
             raise LpNormImportError(f"LpNormalization node {node.name or node.output[0]!r} reads a tensor of "
                                     f"unknown or non-float type; accepted: float16, float32, float64")
-        kept.extend(_nodes(node, elem, opset, inits))
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(kept)
-        graph.initializer.extend(inits)
-    return count
+        return _nodes(node, elem, opset, inits)
+
+    return replace_nodes(model.graph, expand)

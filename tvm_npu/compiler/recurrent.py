@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tvm_npu.compiler.node_rewrite import replace_nodes
+
 #: The recurrent operators this module unrolls, with their number of gates.
 GATES: dict[str, int] = {"LSTM": 4, "GRU": 3, "RNN": 1}
 #: The gate functions of one direction by default (f, g, h for LSTM; f, g for GRU; f for RNN).
@@ -376,19 +378,17 @@ def unroll_recurrent(model: onnx.ModelProto, values: dict[str, np.ndarray], shap
     """Replace every main-graph ``LSTM`` / ``GRU`` / ``RNN`` node of ``model`` by its unrolled form, in
     place (``values``: the graph's constants, ``shapes``: its static shapes, ``used``: the values some node
     or graph output reads); returns how many."""
-    graph, kept, count = model.graph, [], 0
-    for node in graph.node:
+    seen: list[onnx.NodeProto] = []  # the layers unrolled so far (an unnamed one is named by its count)
+
+    def expand(node: onnx.NodeProto, inits: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
         if node.op_type not in GATES or node.domain not in ("", "ai.onnx"):
-            kept.append(node)
-            continue
+            return None
         layer = _read_layer(node, values, shapes)
-        b = _Builder(node.name or node.output[0] or f"{node.op_type.lower()}{count}", opset,
+        b = _Builder(node.name or node.output[0] or f"{node.op_type.lower()}{len(seen)}", opset,
                      layer.dirs[0].w.dtype)
+        seen.append(node)
         _emit(b, layer, values, used)
-        kept.extend(b.nodes)
-        graph.initializer.extend(b.inits)
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(kept)
-    return count
+        inits.extend(b.inits)
+        return b.nodes
+
+    return replace_nodes(model.graph, expand)

@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tvm_npu.compiler.node_rewrite import replace_nodes
+
 #: The first opset with ``Expand`` (older models tile instead).
 _EXPAND_OPSET = 8
 
@@ -77,20 +79,12 @@ def upsample_as_broadcast(model: onnx.ModelProto, values: Mapping[str, np.ndarra
                           shapes: Mapping[str, tuple[int, ...]], opset: int) -> int:
     """Replace, in place, every main-graph ``Upsample`` of integer factors whose input shape is static by
     the broadcast that computes it; returns how many."""
-    graph = model.graph
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-    count = 0
-    for node in graph.node:
+
+    def expand(node: onnx.NodeProto, inits: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
         scales = _scales(node, values) if node.op_type == "Upsample" and node.domain in ("", "ai.onnx") else None
         shape = shapes.get(node.input[0]) if scales is not None else None
         if scales is None or shape is None or len(shape) != len(scales):
-            nodes.append(node)
-            continue
-        nodes.extend(_broadcast_nodes(node, shape, scales, opset, inits))
-        count += 1
-    if count:
-        del graph.node[:]
-        graph.node.extend(nodes)
-        graph.initializer.extend(inits)
-    return count
+            return None
+        return _broadcast_nodes(node, shape, scales, opset, inits)
+
+    return replace_nodes(model.graph, expand)
