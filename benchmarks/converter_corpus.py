@@ -8,8 +8,10 @@ and onnxruntime), the same model quantized by onnxruntime's ``quantize_static`` 
 weights, int8 activations, 8 seeded random calibration samples; ``tvm_npu.tools.quantize.quantize_model``)
 built for the NPU (host calls beyond the model's own float-input quantize and float-output dequantize,
 partitions, cycles, bit-exactness against the llvm build of the same model, and the share of outputs
-identical to onnxruntime's with the largest difference in output steps), and the int8 / fp32 cycle ratio
-(issue 24's goal: <= 0.35). ``--layers`` adds the per-layer check of ``tvm_npu.testing.layerwise``
+identical to onnxruntime's with the largest difference in output steps), the same for the model in the
+TFLite converter + tf2onnx form (``tvm_npu.testing.tflite_form``: NHWC float input, TFLite's quantization
+rules; fed the same image transposed to NHWC), and each int8 / fp32 cycle ratio (issue 24's goal: <= 0.35).
+``--layers`` adds the per-layer check of ``tvm_npu.testing.layerwise``
 (each quantized layer alone on onnxruntime's own input; slow). Writes ``results/converter_corpus.json``.
 """
 
@@ -30,6 +32,7 @@ import onnx
 import tvm_npu
 from tvm_npu.testing.corpus import CORPUS
 from tvm_npu.testing.layerwise import layer_check, ort_run, steps
+from tvm_npu.testing.tflite_form import tflite_form
 from tvm_npu.tools.bench import profile_model
 from tvm_npu.tools.quantize import quantize_model
 
@@ -85,7 +88,7 @@ def model_output_step(model: onnx.ModelProto) -> float:
 
 
 def run(name: str, target: str, layers: bool, work: Path) -> dict[str, Any]:
-    """fp32 and int8 rows of one corpus model."""
+    """fp32, int8 (``quantize_static``) and TFLite-form int8 rows of one corpus model."""
     model = CORPUS[name]()
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -93,21 +96,29 @@ def run(name: str, target: str, layers: bool, work: Path) -> dict[str, Any]:
     qpath = quantize_model(model, work / f"{name}.int8.onnx", random=8, seed=0)
     qmodel = onnx.load(str(qpath))
     int8 = measure(qmodel, target, x, quantized=True)
-    row = {"model": name, "fp32": fp32, "int8": int8, "int8_over_fp32_cycles": int8["cycles"] / fp32["cycles"]}
+    tmodel = tflite_form(model)
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    tflite = measure(tmodel, target, x_nhwc, quantized=True)
+    row = {"model": name, "fp32": fp32, "int8": int8, "int8_over_fp32_cycles": int8["cycles"] / fp32["cycles"],
+           "tflite": tflite, "tflite_over_fp32_cycles": tflite["cycles"] / fp32["cycles"]}
     if layers:
         inferred = onnx.shape_inference.infer_shapes(qmodel)  # the per-layer extractor needs every value's type
         row["layers"] = layer_check(inferred, qmodel.graph.input[0].name, x, target)["summary"]
+        row["tflite_layers"] = layer_check(tmodel, tmodel.graph.input[0].name, x_nhwc, target)["summary"]
     return row
 
 
 def line(row: dict[str, Any]) -> str:
-    f, q = row["fp32"], row["int8"]
-    same, worst = q["vs_onnxruntime"]
-    return (f"{row['model']:13s} fp32: host {f['host_calls']:3d} parts {f['partitions']:3d} cycles {f['cycles']:>10,}"
-            f" | int8: host {q['host_calls']:3d} parts {q['partitions']:3d} cycles {q['cycles']:>10,}"
-            f" = {row['int8_over_fp32_cycles']:.2f}x fp32 (goal <= 0.35)  bit-exact vs llvm {q['bit_exact_vs_llvm']}"
-            f"  vs onnxruntime {same:.2%} identical, max {worst} steps\n"
-            f"{'':13s} fp32 host {f['host_ops'] or '-'}; int8 host {q['host_ops'] or '-'}")
+    f = row["fp32"]
+    text = f"{row['model']:13s} fp32: host {f['host_calls']:3d} parts {f['partitions']:3d} cycles {f['cycles']:>10,}"
+    for form in ("int8", "tflite"):
+        q = row[form]
+        same, worst = q["vs_onnxruntime"]
+        text += (f"\n{'':13s} {form:6s}: host {q['host_calls']:3d} parts {q['partitions']:3d} cycles {q['cycles']:>10,}"
+                 f" = {row[f'{form}_over_fp32_cycles']:.2f}x fp32 (goal <= 0.35)  bit-exact vs llvm"
+                 f" {q['bit_exact_vs_llvm']}  vs onnxruntime {same:.2%} identical, max {worst} steps"
+                 f"  host {q['host_ops'] or '-'}")
+    return text + f"\n{'':13s} fp32 host {f['host_ops'] or '-'}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,7 +110,7 @@ def groups_of(prof: Profile, rep: ModelReport) -> list[dict[str, Any]]:
             members = layers[g.first:g.last + 1]
             if any(run.artifact.layers[k].group != n for k in range(g.first, g.last + 1)):
                 raise ValueError(f"{run.symbol}: group {n}'s layers {g.first}..{g.last} do not all name it")
-            simulated = sum(x.cycles for x in members)
+            simulated = sum(x.share_cycles for x in members)  # the members' shares of the run add up
             out.append({
                 "partition": run.symbol, "first": g.first, "last": g.last, "members": [x.name for x in members],
                 "rows": g.rows, "slices": g.slices, "sram_bytes": g.sram_bytes, "saved_bytes": g.saved_bytes,

@@ -1,6 +1,7 @@
 """int8 and fp16 against fp32: what the NPU's native precisions buy on real networks.
 
-Usage: ``python benchmarks/precision.py [--models light_resnet50 light_squeezenet] [--out DIR]``.
+Usage: ``python benchmarks/precision.py [--models light_resnet50 light_squeezenet] [--out DIR]``;
+``python benchmarks/precision.py --a16w8 [--models tiny_convnet]`` for the cost of 16-bit activations.
 
 For each model (weights randomised with seed 0) the fp32 model and three variants of it
 are built for the default target and run once in timing-only mode (cycles equal those of
@@ -17,6 +18,12 @@ the variant's type, the geo-mean per-layer efficiency (conv/matmul) against the 
 the layer's own type, and the layers below 0.90 with what binds them. Goals (issue 9):
 int8 <= 0.30x cycles and <= 0.30x DRAM bytes, fp16 <= 0.35x cycles and <= 0.55x DRAM bytes,
 100% of MACs in the variant's type, geo-mean efficiency >= 0.90.
+
+``--a16w8`` (issue 28): the model quantized by onnxruntime's ``quantize_static`` twice from the same
+pre-processed graph and the same 8 seeded calibration samples, int8 activations (A8W8) and int16 activations
+(A16W8), per-channel int8 weights both; printed and written to ``precision_a16w8.json``: cycles, DRAM bytes
+and their A16W8 / A8W8 ratios (the tensor engine runs 16x8 at half the int8 rate, and every activation
+moves twice the bytes, so 2x is the ceiling where either binds).
 """
 
 from __future__ import annotations
@@ -32,12 +39,14 @@ import onnx
 
 from tvm_npu.models.light import randomize_weights
 from tvm_npu.tools.bench import build_model, default_inputs, environment, model_report, profile_model, resolve_model
-from tvm_npu.tools.quantize import quantize_model
+from tvm_npu.tools.quantize import quantize_model, random_samples
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("light_resnet50", "light_squeezenet")
 GOALS = {"int8": (0.30, 0.30), "fp16": (0.35, 0.55), "fp32 -precision=fp16": (0.35, 0.55)}
-TYPES = {"fp32": ("float32",), "int8": ("int8", "uint8"), "fp16": ("float16",), "fp32 -precision=fp16": ("float16",)}
+TYPES = {"fp32": ("float32",), "int8": ("int8", "uint8"), "fp16": ("float16",), "fp32 -precision=fp16": ("float16",),
+         "a8w8": ("int8",), "a16w8": ("int16",)}
+A16W8_MODELS = ("tiny_convnet",)
 
 
 def variants(fp32: onnx.ModelProto, workdir: Path) -> dict[str, tuple[onnx.ModelProto, str]]:
@@ -49,6 +58,60 @@ def variants(fp32: onnx.ModelProto, workdir: Path) -> dict[str, tuple[onnx.Model
     int8 = onnx.load(quantize_model(src, workdir / "int8.onnx", random=8, seed=0))
     return {"fp32": (fp32, "npu"), "int8": (int8, "npu"), "fp16": (float16.convert_float_to_float16(fp32), "npu"),
             "fp32 -precision=fp16": (fp32, "npu -precision=fp16")}
+
+
+def a16w8_variants(fp32: onnx.ModelProto, workdir: Path) -> dict[str, onnx.ModelProto]:
+    """The A8W8 and A16W8 models of one graph (module docstring). onnxruntime's quantizer directly: both
+    widths from one pre-processed graph with one calibration, so the two differ in activation width only."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src, prepared = workdir / "fp32.onnx", workdir / "prepared.onnx"
+    onnx.save(fp32, src)
+    quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
+    samples = random_samples(fp32, 8, seed=0)
+    models = {}
+    for name, activation in (("a8w8", QuantType.QInt8), ("a16w8", QuantType.QInt16)):
+        out = workdir / f"{name}.onnx"
+        quantize_static(str(prepared), str(out), _Samples(samples), quant_format=QuantFormat.QDQ,
+                        activation_type=activation, weight_type=QuantType.QInt8, per_channel=True)
+        models[name] = onnx.load(out)
+    return models
+
+
+class _Samples:
+    """onnxruntime's calibration reader protocol over a list of samples."""
+
+    def __init__(self, samples: list[dict[str, Any]]) -> None:
+        self.samples = iter(samples)
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self.samples, None)
+
+
+def a16w8_main(models: list[str], out: Path) -> int:
+    """``--a16w8``: A8W8 against A16W8 cycles and DRAM bytes per model."""
+    results: dict[str, Any] = {"environment": environment(), "models": {}}
+    for spec in models:
+        name, proto = resolve_model(spec)
+        fp32 = randomize_weights(proto, seed=0)  # as the other variants: a light model's own weights are not real
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = {v: measure(m, "npu", TYPES[v]) for v, m in a16w8_variants(fp32, Path(tmp)).items()}
+        a8, a16 = runs["a8w8"], runs["a16w8"]
+        runs["cycles_a16w8_vs_a8w8"] = a16["cycles"] / a8["cycles"]
+        runs["dram_a16w8_vs_a8w8"] = a16["dram_bytes"] / a8["dram_bytes"]
+        for v in ("a8w8", "a16w8"):
+            r = runs[v]
+            print(f"{name:17s} {v:6s} cycles {r['cycles']:>11,}  DRAM {r['dram_bytes'] / 2**20:7.2f} MiB  MACs in "
+                  f"{TYPES[v][0]} on the NPU {100 * r['typed_mac_share']:.1f}%  host ops {r['host_ops']}  "
+                  f"partitions {r['partitions']}")
+        print(f"{name:17s} A16W8 / A8W8: cycles {runs['cycles_a16w8_vs_a8w8']:.3f}x, DRAM bytes "
+              f"{runs['dram_a16w8_vs_a8w8']:.3f}x")
+        results["models"][name] = runs
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "precision_a16w8.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {out / 'precision_a16w8.json'}")
+    return 0
 
 
 def measure(model: onnx.ModelProto, target: str, types: tuple[str, ...]) -> dict[str, Any]:
@@ -72,11 +135,15 @@ def measure(model: onnx.ModelProto, target: str, types: tuple[str, ...]) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), help="bundled names or .onnx paths")
+    parser.add_argument("--models", nargs="+", help="bundled names or .onnx paths (default: MODELS, or with "
+                                                     "--a16w8 A16W8_MODELS)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results)")
+    parser.add_argument("--a16w8", action="store_true", help="A8W8 against A16W8 cycles (default model tiny_convnet)")
     args = parser.parse_args(argv)
+    if args.a16w8:
+        return a16w8_main(args.models or list(A16W8_MODELS), args.out)
     results: dict[str, Any] = {"environment": environment(), "goals": GOALS, "models": {}}
-    for spec in args.models:
+    for spec in args.models or MODELS:
         name, proto = resolve_model(spec)
         fp32 = randomize_weights(proto, seed=0)
         runs: dict[str, Any] = {}

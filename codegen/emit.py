@@ -25,6 +25,7 @@ from tvm_npu.simulator import ProgramBuilder, isa
 from tvm_npu.tir_schedules.common import Scheduled, dram_name
 from tvm_npu.tir_schedules.contract import SRAM_SCOPE, Role, SiteKind
 from tvm_npu.tir_schedules.dma import copy_plan, merge_dims, pad3, split_outer
+from tvm_npu.tir_schedules.kind import kind_of
 from tvm_npu.tir_schedules.pool import scratch_shape, separable
 from tvm_npu.tir_schedules.rowwise import DATA, row_steps
 
@@ -136,10 +137,11 @@ class OperatorEmitter:
                  layer: int, resident: Mapping[str, Resident], names: Mapping[str, str] | None = None) -> None:
         """``names`` maps the DRAM tensor names of ``walk`` to ``spec``'s where the walk was compiled
         for a renamed copy of it (:func:`~.operator.canonical`)."""
+        self.tile = template.tile
+        spec = kind_of(spec).as_scheduled(spec, self.tile)  # the form the template was built for
         self.asm, self.spec, self.walk, self.layer, self.resident = asm, spec, walk, layer, resident
         self.names = names or {}
         self.roles, self.axes, self.dram_axes = template.roles, template.axes, template.dram_axes
-        self.tile = template.tile
         aliases = template.aliases
         self.views = {t.name: t.view for t in (*spec.inputs, spec.out) if t.view is not None}
         self.hw = asm.hw
@@ -593,7 +595,8 @@ def _epi_instr(step: Epilogue, shape: tuple[int, int, int], dst: _VecOperand, sr
                            DType.from_str(src_dtype), dtype)
     if kind == EpiKind.REQUANT:
         zero_point, lo, hi = step.ints
-        return isa.VecRequant(shape, *dst, *src, *x, zero_point, lo, hi, dtype)
+        wide = isa.Opcode.VREQUANT64 if DType.from_str(src_dtype) == DType.INT64 else isa.Opcode.VREQUANT
+        return isa.VecRequant(shape, *dst, *src, *x, zero_point, lo, hi, dtype, wide)
     if kind == EpiKind.LUT:  # the operand is the whole table (its access does not move with the tile)
         return isa.VecLut(shape, *dst, *src, x[0], DType.from_str(src_dtype), dtype)
     if not kind.binary:

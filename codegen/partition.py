@@ -30,6 +30,19 @@ from .sync import insert_semaphores
 def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: HardwareConfig,
                dump_dir: Path | None = None) -> bytearray:
     """Compile ``plan`` (whose constants are ``constants``) into an encoded :class:`Artifact`."""
+    return Artifact.pack(*_lowered(plan, constants, hw, dump_dir))
+
+
+def lower_plan_parts(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: HardwareConfig,
+                     dump_dir: Path | None = None) -> list[bytearray | np.ndarray | bytes]:
+    """:func:`lower_plan`'s bytes as consecutive parts (:meth:`Artifact.pack_parts`), the constants' arrays
+    among them as they are: what the build's runtime modules hold, so the weights are not copied."""
+    return Artifact.pack_parts(*_lowered(plan, constants, hw, dump_dir))
+
+
+def _lowered(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: HardwareConfig,
+             dump_dir: Path | None) -> tuple:
+    """:meth:`Artifact.pack`'s arguments for ``plan``: every operator scheduled, lowered and emitted."""
     _check_names(plan, constants)
     asm = ProgramBuilder(hw)
     resident = {r.tensor: Resident(r.addr, plan.ops[r.producer].spec.out.dtype) for r in plan.resident}
@@ -47,8 +60,8 @@ def lower_plan(plan: PartitionPlan, constants: Mapping[str, np.ndarray], hw: Har
     program = asm.build(instructions)
     if dump_dir is not None:
         (dump_dir / f"{plan.dump_stem}.program.txt").write_text(disassemble(program))
-    return Artifact.pack(plan.symbol, plan.target, [t.name for t in plan.inputs], list(plan.outputs), layers,
-                         program, [_group_info(plan, g) for g in plan.groups])
+    return (plan.symbol, plan.target, [t.name for t in plan.inputs], list(plan.outputs), layers, program,
+            [_group_info(plan, g) for g in plan.groups])
 
 
 def _dram_kind(plan: PartitionPlan, name: str) -> isa.TensorKind:

@@ -648,7 +648,7 @@ def _requant_step(call: relax.Call, region: _Region) -> tuple[_Step, relax.Call]
     if cast is None or cast.op.name != "relax.astype" or str(cast.attrs.dtype) != "float32":
         return None
     inner = region.call(cast.args[0])
-    if inner is None or tensor_type(cast.args[0])[1] != DType.INT32:
+    if inner is None or tensor_type(cast.args[0])[1] not in (DType.INT32, DType.INT64):
         return None
     lo, hi = quant.qrange(dtype)
     return _Step(EpiKind.REQUANT, mul.args[1], ints=(zero_point, lo, hi), dtype=dtype), inner
@@ -679,7 +679,8 @@ def _unit_quantize(call: relax.Call) -> tuple[DType, int]:
                          "that exact multiply (relay_patterns/qdivide.py) and a quantize by 1; accepted: scale 1")
     dtype = _dtype(call.ty.dtype)
     if not dtype.is_quantized or not isinstance(zero_point, GenericConst) or const_array(zero_point).size != 1:
-        raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8 with one zero point")
+        raise ValueError(f"requantisation to {dtype.np.name}; accepted: int8, uint8, int16, uint16 with one zero "
+                         "point")
     return dtype, int(const_array(zero_point))
 
 
@@ -829,7 +830,8 @@ def check_padding(spec: OpSpec) -> None:
 def _check_dtypes(spec: OpSpec, acc: DType) -> None:
     """What the NPU computes in: float32 or float16 (with a float32 accumulator for conv2d /
     matmul, cast to float16 by the epilogue); 8-bit conv2d / matmul (int8 or uint8 activations,
-    int8 weights) with an int32 accumulator, requantised to 8 bits or not; 8-bit max pooling;
+    int8 weights) with an int32 accumulator, 16-bit ones (int16 or uint16 activations, int8 weights)
+    with an int64 accumulator, requantised to 8 or 16 bits or not; 8- and 16-bit max pooling;
     8-bit rescaled adds; 8-bit data cast to float32 (a dequantization).
     ``acc`` is the main operator's result type (the epilogue may change it)."""
     if isinstance(spec, Conv2dSpec | MatmulSpec):
@@ -837,11 +839,14 @@ def _check_dtypes(spec: OpSpec, acc: DType) -> None:
         ok = (data.dtype, weight.dtype, acc) in ((DType.FP32, DType.FP32, DType.FP32),
                                                   (DType.FP16, DType.FP16, DType.FP32),
                                                   (DType.INT8, DType.INT8, DType.INT32),
-                                                  (DType.UINT8, DType.INT8, DType.INT32))
+                                                  (DType.UINT8, DType.INT8, DType.INT32),
+                                                  (DType.INT16, DType.INT8, DType.INT64),
+                                                  (DType.UINT16, DType.INT8, DType.INT64))
         if not ok:
             raise ValueError(f"{spec.name} with {data.dtype.np.name} x {weight.dtype.np.name} operands and "
                              f"{acc.np.name} result is not supported; accepted: float32 x float32 -> float32, "
-                             "float16 x float16 -> float32, int8/uint8 x int8 -> int32")
+                             "float16 x float16 -> float32, int8/uint8 x int8 -> int32, "
+                             "int16/uint16 x int8 -> int64")
         if isinstance(spec, Conv2dSpec) and spec.pad_value and not data.dtype.is_quantized:
             raise ValueError(f"conv2d padding with {spec.pad_value} is supported for 8-bit inputs only")
     elif isinstance(spec, PoolSpec) and spec.kind == PoolKind.MAX and spec.data.dtype.is_quantized:

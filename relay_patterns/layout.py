@@ -317,7 +317,7 @@ def choose_layouts(mod: tvm.IRModule, target: NpuTarget) -> tvm.IRModule:
 
 
 def _has_quantized_convs(mod: tvm.IRModule) -> bool:
-    """Whether ``mod`` has 8-bit convolutions. ``auto`` keeps such a model in its own layout: TVM's
+    """Whether ``mod`` has 8- or 16-bit convolutions. ``auto`` keeps such a model in its own layout: TVM's
     ConvertLayout does not convert ``quantize``, ``clip`` or ``nn.pad``, which the integer form of
     a quantized convolution ends or starts with, so converting would leave transposes in the middle
     of every requantisation (correct, on the host, and slower than any layout gain)."""
@@ -326,7 +326,7 @@ def _has_quantized_convs(mod: tvm.IRModule) -> bool:
     def visit(e: relax.Expr) -> None:
         nonlocal found
         if (isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d"
-                and str(e.args[0].ty.dtype) in ("int8", "uint8")):
+                and str(e.args[0].ty.dtype) in ("int8", "uint8", "int16", "uint16")):
             found = True
 
     for _, func in mod.functions.items():

@@ -319,7 +319,7 @@ VIEW_OPS: dict[str, DFPattern] = {
     "relax.broadcast_to": is_op("relax.broadcast_to")(wildcard(), wildcard()),  # zero strides: a nearest resize
 }
 #: Element types a view or concat may have: those an unavoidable copy (a 1x1 max pool) can move.
-_MOVABLE = (DType.FP32, DType.FP16, DType.INT8, DType.UINT8)
+_MOVABLE = (DType.FP32, DType.FP16, DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
 
 
 def _static(expr: object) -> bool:
@@ -336,7 +336,8 @@ def _check_view(ctx: PatternCheckContext) -> bool:
     call = ctx.matched_expr
     if not (isinstance(call.args[0], relax.Var) and _static(call) and _static(call.args[0])
             and tensor_type(call)[1] in _MOVABLE):
-        return _refuse(ctx, "a view needs a static-shape float32, float16, int8 or uint8 tensor variable")
+        return _refuse(ctx, "a view needs a static-shape float32, float16, 8- or 16-bit integer tensor "
+                                 "variable")
     # a slice / gather is a view only with static positive steps and constant evenly spaced indices
     if call.op.name in ("relax.strided_slice", "relax.take") and selection(call) is None:
         return _refuse(ctx, "a slice or gather is a view only with static positive steps or constant, "
@@ -354,7 +355,8 @@ def _check_concat(ctx: PatternCheckContext) -> bool:
         if dtype in _MOVABLE and all(isinstance(f, relax.Var | GenericConst) and _static(f)
                                      and tensor_type(f)[1] == dtype for f in call.args[0].fields):
             return True
-    return _refuse(ctx, "a concat needs static-shape float32, float16, int8 or uint8 tensors of one type")
+    return _refuse(ctx, "a concat needs static-shape float32, float16, 8- or 16-bit integer tensors of "
+                        "one type")
 
 
 def data_movement_entries() -> list[PatternEntry]:

@@ -139,7 +139,7 @@ def table_of(call: relax.Expr, resolve: Callable[[relax.Expr], relax.Expr]) -> t
         return None
     x = cast.args[0]
     dt = _dtype(x)
-    if dt is None or not dt.is_quantized or int(np.asarray(index.args[1].value.numpy())) != qmin(dt):
+    if dt is None or not dt.is_8bit or int(np.asarray(index.args[1].value.numpy())) != qmin(dt):
         return None
     return x, table
 
@@ -170,7 +170,7 @@ class _Chain:
     def leaf(self, dq: relax.Call) -> np.ndarray:
         """``dequantize(x8, s, z)``: onnxruntime's DequantizeLinear, ``float32(x - z) * s``."""
         dt = _dtype(dq.args[0])
-        if dt is None or not dt.is_quantized or str(dq.ty.dtype) != "float32":
+        if dt is None or not dt.is_8bit or str(dq.ty.dtype) != "float32":
             raise NotATable(f"a dequantize of {dq.args[0].ty.dtype} to {dq.ty.dtype}; accepted: int8/uint8 to float32")
         scale = _F32(_scalar(dq.args[1], "dequantize scale"))
         zero = int(_scalar(dq.args[2], "dequantize zero point"))
@@ -231,7 +231,7 @@ def lookup(q: relax.Call, resolve: Callable[[relax.Expr], relax.Expr],
     ``q`` is not such a chain (a per-axis quantize, two variables, a non-elementwise operator, no operator at
     all between a dequantize and a quantize of equal parameters)."""
     out_dt = _dtype(q)
-    if out_dt is None or not out_dt.is_quantized:
+    if out_dt is None or not out_dt.is_8bit:  # 16 bits: a 65536-entry table is not the NPU's; float on the NPU
         raise NotATable(f"a quantize to {q.ty.dtype}; accepted: int8, uint8")
     scale, zero = float(_scalar(q.args[1], "quantize scale")), int(_scalar(q.args[2], "quantize zero point"))
     chain = _Chain(resolve)

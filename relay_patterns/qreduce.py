@@ -29,8 +29,12 @@ from tvm import relax
 
 #: The reductions rewritten, with the word the fallback warning uses.
 OPS = {"relax.sum": "sum", "relax.mean": "mean"}
-#: Exact sums of 8-bit terms in float32: ``n * 255`` must stay below the 24-bit significand.
-_EXACT_TERMS = (1 << 24) // 255
+
+
+def exact_terms(bits: int) -> int:
+    """How many ``bits``-bit terms (at most ``2**bits - 1`` in magnitude) sum exactly in float32: ``n * span``
+    must stay within the 24-bit significand."""
+    return (1 << 24) // ((1 << bits) - 1)
 
 
 def reduced_count(call: relax.Call) -> int | None:
@@ -43,12 +47,13 @@ def reduced_count(call: relax.Call) -> int | None:
     return math.prod(dims[a] for a in set(axes))
 
 
-def integer_sum(call: relax.Call, x: relax.Expr, scale: float, zero_point: int,
+def integer_sum(call: relax.Call, x: relax.Expr, scale: float, zero_point: int, bits: int,
                 emit: Callable[[relax.Expr], relax.Expr]) -> relax.Expr | None:
     """The float32 value of ``call`` (a sum or mean) of ``dequantize(x, scale, zero_point)`` as an exact sum of
-    integers times one constant (module docstring), or None when the sum could round (too many terms)."""
+    integers times one constant (module docstring), or None when the sum could round (too many ``bits``-bit
+    terms)."""
     n = reduced_count(call)
-    if n is None or n > _EXACT_TERMS:
+    if n is None or n > exact_terms(bits):
         return None
     k = np.float32(scale)
     if call.op.name == "relax.mean":

@@ -72,9 +72,9 @@ import tvm
 from tvm import relax
 from tvm_npu.simulator import quant
 
-from tvm_npu.config import DType
+from tvm_npu.config import ACCUMULATOR, DType
 
-from . import qbinary, qdivide, qlut, qpad, qreduce
+from . import qaffine, qbinary, qdivide, qlut, qpad, qreduce
 from .patterns import HostFallbackWarning
 from .spatial_mean import spatial_layout
 
@@ -142,7 +142,7 @@ class _QdqToInteger(relax.PyExprMutator):
         except _Skip as why:
             if str(why):
                 warnings.warn(f"{why}: it runs as float32 between dequantize and quantize (the float operator on "
-                              "the NPU where it can, the quantize / dequantize on the host), not as an 8-bit "
+                              "the NPU where it can, the quantize / dequantize on the host), not as an integer "
                               "operator", HostFallbackWarning, stacklevel=2)
             return call
 
@@ -153,21 +153,7 @@ class _QdqToInteger(relax.PyExprMutator):
         except qlut.NotATable:
             pass
         out_dt = _dtype(q)
-        y = self._resolve(q.args[0])
-        lo = hi = None
-        if _op(y) == "relax.clip":
-            lo, hi = float(y.args[1].value), float(y.args[2].value)
-            y = self._resolve(y.args[0])
-        elif _op(y) == "relax.nn.relu":
-            lo = 0.0
-            y = self._resolve(y.args[0])
-        main, bias = y, None
-        if _op(y) == "relax.add":
-            lhs, rhs = (self._resolve(a) for a in y.args)
-            if _op(lhs) in ("relax.nn.conv2d", "relax.matmul"):
-                main, bias = lhs, rhs
-            elif _op(rhs) in ("relax.nn.conv2d", "relax.matmul"):
-                main, bias = rhs, lhs
+        y, main, bias, lo, hi = self._parts(q)
         op = _op(main)
         if op in ("relax.nn.conv2d", "relax.matmul"):
             kind = op.rsplit(".", 1)[-1]
@@ -199,15 +185,40 @@ class _QdqToInteger(relax.PyExprMutator):
         elif op == "relax.nn.pad" and main is y and lo is None and hi is None and (
                 padded := qpad.quantized_pad(q, main, self._resolve(main.args[0]))) is not None:
             return padded  # a float pad of an 8-bit tensor: the 8-bit pad (:mod:`.qpad`)
+        elif (bn := qaffine.batch_norm_of(main, self)) is not None:
+            kind = "batch norm"
+
+            def build(dt: DType, sy: float, zy: int) -> relax.Expr:
+                return self._batch_norm(bn, dt, sy, zy, lo, hi)
         else:
             raise _Skip("")
         try:
             sy, zy = float(_scalar(q.args[1], "output scale")), int(_scalar(q.args[2], "output zero point"))
             if out_dt is None or not out_dt.is_quantized:
-                raise _Skip(f"output type {q.ty.dtype} is not 8-bit; accepted: int8, uint8")
+                raise _Skip(f"output type {q.ty.dtype} is not 8- or 16-bit; accepted: int8, uint8, int16, uint16")
             return build(out_dt, sy, zy)
         except _Skip as why:  # an empty reason: not a quantized operator after all (nothing to warn about)
             raise _Skip(f"quantized {kind} {main.ty.shape}: {why}" if str(why) else "") from None
+
+    def _parts(self, q: relax.Call) -> tuple[relax.Expr, relax.Expr, relax.Expr | None, float | None, float | None]:
+        """``(y, main, bias, lo, hi)`` of ``quantize([clip|relu](y))``: ``main`` is ``y`` or, for a conv2d /
+        matmul plus a bias, that operator and ``bias`` the addend; ``lo`` / ``hi`` the folded clamp."""
+        y = self._resolve(q.args[0])
+        lo = hi = None
+        if _op(y) == "relax.clip":
+            lo, hi = float(y.args[1].value), float(y.args[2].value)
+            y = self._resolve(y.args[0])
+        elif _op(y) == "relax.nn.relu":
+            lo = 0.0
+            y = self._resolve(y.args[0])
+        main, bias = y, None
+        if _op(y) == "relax.add":
+            lhs, rhs = (self._resolve(a) for a in y.args)
+            if _op(lhs) in ("relax.nn.conv2d", "relax.matmul"):
+                main, bias = lhs, rhs
+            elif _op(rhs) in ("relax.nn.conv2d", "relax.matmul"):
+                main, bias = rhs, lhs
+        return y, main, bias, lo, hi
 
     def _dequantized(self, expr: relax.Expr, what: str) -> tuple[relax.Expr, float, int, DType]:
         """(8-bit tensor, scale, zero point, its type) of ``dequantize(x)`` with per-tensor parameters."""
@@ -216,7 +227,7 @@ class _QdqToInteger(relax.PyExprMutator):
             raise _Skip(f"the {what} is not dequantized from an 8-bit tensor")
         dt = _dtype(dq.args[0])
         if dt is None or not dt.is_quantized:
-            raise _Skip(f"the {what} is {dq.args[0].ty.dtype}; accepted: int8, uint8")
+            raise _Skip(f"the {what} is {dq.args[0].ty.dtype}; accepted: int8, uint8, int16, uint16")
         scale, zero_point = _scalar(dq.args[1], f"{what} scale"), _scalar(dq.args[2], f"{what} zero point")
         return dq.args[0], float(scale), int(zero_point), dt
 
@@ -261,7 +272,7 @@ class _QdqToInteger(relax.PyExprMutator):
         c = int(data.ty.shape[1])
         acc = self._emit(self._conv(data, np.ones((c, 1, 1, 1), np.int8), zx, groups=c))
         if zx:
-            acc = self._emit(relax.op.add(acc, relax.const(np.full((1, c, 1, 1), -zx, np.int32))))
+            acc = self._emit(relax.op.add(acc, _int_const(np.full((1, c, 1, 1), -zx, _acc_np(in_dt)))))
         m = np.full((1, c, 1, 1), _ratio(sx, zx, in_dt, out_dt, sy, zy), np.float32)
         y = self._requantise(acc, m, out_dt, sy, zy, None, None, 1)
         return y if len(shape) == 4 else relax.op.reshape(self._emit(y), shape)
@@ -270,10 +281,27 @@ class _QdqToInteger(relax.PyExprMutator):
     def _binary(self, call: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
                 hi: float | None) -> relax.Expr:
         """``quantize(op(dequantize(a), b))`` for add, subtract, multiply, maximum, minimum, broadcasting:
-        :mod:`.qbinary` (onnxruntime's QLinearAdd / QLinearMul, or its float path for a constant)."""
+        :mod:`.qbinary` (onnxruntime's QLinearAdd / QLinearMul, or its float path for a constant). A 16-bit
+        operand or result is left to the lone dequantize / quantize (float32 on the NPU): onnxruntime has no
+        16-bit QLinearAdd / QLinearMul and computes it so, and a product of two 16-bit values is not exact in
+        float32, which the 8-bit forms rely on."""
+        if not out_dt.is_8bit or any(_is_16bit_dq(self._resolve(a)) for a in call.args):
+            raise _Skip("")
         out = qbinary.Out(out_dt, sy, zy, *quant.clamp_bounds(out_dt, sy, zy, lo, hi))
         try:
             return qbinary.rewrite(self, call, out, _ratio)
+        except qbinary.Skip as why:
+            raise _Skip(str(why)) from None
+
+    def _batch_norm(self, bn: relax.Call, out_dt: DType, sy: float, zy: int, lo: float | None,
+                    hi: float | None) -> relax.Expr:
+        """``quantize(batch_norm(dequantize(x)))`` of a 16-bit ``x``: one affine step (:mod:`.qaffine`)."""
+        if not _is_16bit_dq(self._resolve(bn.args[0])):
+            raise _Skip("")  # an 8-bit batch norm keeps its float path
+        x, sx, zx, _ = self._dequantized(bn.args[0], "input")
+        out = qbinary.Out(out_dt, sy, zy, *quant.clamp_bounds(out_dt, sy, zy, lo, hi))
+        try:
+            return qaffine.affine_batch_norm(self, bn, x, sx, zx, out)
         except qbinary.Skip as why:
             raise _Skip(str(why)) from None
 
@@ -294,7 +322,7 @@ class _QdqToInteger(relax.PyExprMutator):
             s, z = float(_scalar(dq.args[1], "input scale")), int(_scalar(dq.args[2], "input zero point"))
         except _Skip:
             return None
-        value = qreduce.integer_sum(reduction, dq.args[0], s, z, self._emit)
+        value = qreduce.integer_sum(reduction, dq.args[0], s, z, 8 * dt.itemsize, self._emit)
         if value is None:
             return None
         return relax.Call(q.op, [self._emit(value), *q.args[1:]], q.attrs, q.ty_args)
@@ -337,9 +365,7 @@ class _QdqToInteger(relax.PyExprMutator):
         rounding (onnxruntime's QLinearGlobalAveragePool; its float average pools agree within a
         step). Without ``count_pad`` a window's count is its positions inside the image, so at the
         borders the multiplier varies by position (a full-shape multiplier operand)."""
-        x, sx, zx, dt = self._dequantized(data, "input")
-        if out_dt != dt:
-            raise _Skip(f"input {dt.np.name} and output {out_dt.np.name} differ; accepted: one 8-bit type")
+        x, sx, zx, dt = self._dequantized(data, "input")  # any output type: an 8 <-> 16-bit boundary too
         c = int(data.ty.shape[layout.index("C")])
         count = window[0] * window[1]
         bshape = [1, 1, 1, 1]
@@ -347,7 +373,7 @@ class _QdqToInteger(relax.PyExprMutator):
         acc = self._emit(self._conv(x, np.ones((c, 1, *window), np.int8), zx, layout=layout, groups=c,
                                     strides=strides, padding=padding))
         if zx:
-            acc = self._emit(relax.op.add(acc, relax.const(np.full(bshape, -zx * count, np.int32))))
+            acc = self._emit(relax.op.add(acc, _int_const(np.full(bshape, -zx * count, _acc_np(dt)))))
         if count_pad or not any(padding):
             m = np.full(bshape, quant.average_multiplier(sx, sy, count), np.float32)
         else:
@@ -382,17 +408,19 @@ class _QdqToInteger(relax.PyExprMutator):
         return values, ws.astype(np.float32).reshape(-1), axis, transposed
 
     def _bias(self, expr: relax.Expr | None, channels: int, scale: np.ndarray) -> np.ndarray:
-        """The int32 bias per channel (zeros without one); its scale must be ``s_x * s_w``."""
+        """The integer bias per channel (zeros without one): int32, or int64 (TFLite's 16x8 form); its scale must
+        be ``s_x * s_w``."""
         if expr is None:
             return np.zeros(channels, np.int64)
         b = self._resolve(expr)
         while _op(b) in ("relax.reshape", "relax.expand_dims"):
             b = self._resolve(b.args[0])
         if _op(b) != _DQ:
-            raise _Skip("the bias is not dequantized from an int32 constant")
+            raise _Skip("the bias is not dequantized from an int32 / int64 constant")
         bq = _const(b.args[0], "bias")
-        if bq.dtype != np.int32 or bq.size != channels:
-            raise _Skip(f"the bias is {bq.dtype} of {bq.size} values; accepted: int32, one per output channel")
+        if bq.dtype not in (np.int32, np.int64) or bq.size != channels:
+            raise _Skip(f"the bias is {bq.dtype} of {bq.size} values; accepted: int32 or int64, one per output "
+                        "channel")
         if np.any(_const(b.args[2], "bias zero point") != 0):
             raise _Skip("the bias has a zero point")
         bs = np.broadcast_to(_const(b.args[1], "bias scale").astype(np.float32).reshape(-1), (channels,))
@@ -402,7 +430,7 @@ class _QdqToInteger(relax.PyExprMutator):
 
     def _gemm(self, main: relax.Call, bias: relax.Expr | None, out_dt: DType, sy: float, zy: int,
               lo: float | None, hi: float | None) -> relax.Expr:
-        x, sx, zx, _ = self._dequantized(main.args[0], "input")
+        x, sx, zx, in_dt = self._dequantized(main.args[0], "input")
         w, ws, axis, transposed = self._weights(main.args[1])
         conv = _op(main) == "relax.nn.conv2d"
         if conv:
@@ -427,8 +455,10 @@ class _QdqToInteger(relax.PyExprMutator):
         w_scale = np.broadcast_to(ws, (channels,))
         in_scale = (np.float32(sx) * w_scale).astype(np.float32)
         b = self._bias(bias, channels, in_scale) - zx * w.sum(axis=reduce)
-        if b.min(initial=0) < -(2**31) or b.max(initial=0) >= 2**31:
-            raise _Skip("the folded bias does not fit int32")
+        acc_np = _acc_np(in_dt)
+        info = np.iinfo(acc_np)
+        if b.min(initial=0) < info.min or b.max(initial=0) > info.max:
+            raise _Skip(f"the folded bias does not fit the {acc_np.name} accumulator")
         m = quant.multiplier(sx, w_scale, sy)
         bshape = [1] * rank
         bshape[c_axis] = channels
@@ -436,9 +466,9 @@ class _QdqToInteger(relax.PyExprMutator):
         if conv:
             acc = self._emit(self._conv(x, w8, zx, main.attrs))
         else:
-            acc = self._emit(relax.op.matmul(x, relax.const(w8), out_dtype="int32"))
+            acc = self._emit(relax.op.matmul(x, relax.const(w8), out_dtype=acc_np.name))
         if np.any(b):
-            acc = self._emit(relax.op.add(acc, relax.const(b.astype(np.int32).reshape(bshape))))
+            acc = self._emit(relax.op.add(acc, _int_const(b.astype(acc_np).reshape(bshape))))
         return self._requantise(acc, m.reshape(bshape), out_dt, sy, zy, lo, hi, c_axis)
 
     def _requantise(self, acc: relax.Expr, m: np.ndarray, out_dt: DType, sy: float, zy: int, lo: float | None,
@@ -473,7 +503,22 @@ class _QdqToInteger(relax.PyExprMutator):
         out_layout = str(attrs.out_layout or layout) if attrs is not None else layout
         return relax.op.nn.conv2d(x, relax.const(w8), strides=strides, padding=padding, dilation=dilation,
                                   groups=groups, data_layout=layout, kernel_layout=kernel_layout,
-                                  out_layout=out_layout, out_dtype="int32")
+                                  out_layout=out_layout, out_dtype=_acc_np(_dtype(x)).name)
+
+
+def _acc_np(dt: DType) -> np.dtype:
+    """The accumulator of the integer operators of activation type ``dt``: int32 for 8 bits, int64 for 16."""
+    return ACCUMULATOR[dt].np
+
+
+def _int_const(values: np.ndarray) -> relax.Expr:
+    """A constant of ``values``' own integer type (``relax.const`` alone narrows int64 to int32)."""
+    return relax.const(values, values.dtype.name)
+
+
+def _is_16bit_dq(expr: relax.Expr) -> bool:
+    dt = _dtype(expr.args[0]) if _op(expr) == _DQ else None
+    return dt is not None and dt.is_quantized and not dt.is_8bit
 
 
 def _ratio(sx: float, zx: int, in_dt: DType, out_dt: DType, sy: float, zy: int) -> np.float32:
@@ -483,8 +528,10 @@ def _ratio(sx: float, zx: int, in_dt: DType, out_dt: DType, sy: float, zy: int) 
     for every 8-bit value ``x``; ``float32(s_x) / float32(s_y)`` when none does."""
     lo, hi = quant.qrange(in_dt)
     diff = np.arange(lo, hi + 1, dtype=np.int32) - np.int32(zx)
-    want = np.array([quant.quantize_value(float(np.float32(d) * np.float32(sx)), sy, zy, out_dt) for d in diff])
     q_lo, q_hi = quant.qrange(out_dt)
+    # quant.quantize_value over every value at once (65536 of them for a 16-bit input)
+    quotient = (diff.astype(np.float32) * np.float32(sx)) / np.float32(sy)
+    want = np.clip(np.rint(quotient).astype(np.float64) + zy, q_lo, q_hi).astype(out_dt.np)
     first = np.float32(quant.multiplier(sx, 1.0, sy))
     below = above = first
     candidates = [first]
@@ -528,7 +575,7 @@ class _LoneQdq(relax.PyExprMutator):
         x = dq.args[0]
         dt = _dtype(x)
         if isinstance(x, GenericConst) or dt is None or not dt.is_quantized or str(dq.ty.dtype) != "float32":
-            return dq  # a constant (a weight left in float), 16-bit types, a float16 result: unchanged
+            return dq  # a constant (a weight left in float), another type, a float16 result: unchanged
         s, z = np.float32(_scalar(dq.args[1], "scale")), np.float32(_scalar(dq.args[2], "zero point"))
         shifted = self.builder_.emit(relax.op.subtract(self.builder_.emit(relax.op.astype(x, "float32")),
                                                        relax.const(z)))

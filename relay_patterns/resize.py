@@ -41,9 +41,11 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.sym.analyzer import Analyzer
 
 from .extract import static_shape
 from .lifted import Lifted, with_lifted_constants
+from .symbolic import probe_dim
 
 #: Coordinate transformations computed here (TVM's ``resize2d`` also has ``tf_crop_and_resize``).
 COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
@@ -113,8 +115,11 @@ def host_reason(call: relax.Call) -> str | None:
     a = call.attrs
     shape, out = static_shape(call.args[0]), static_shape(call)
     method, coord, layout = str(a.method), str(a.coordinate_transformation_mode), str(a.layout)
+    if (shape is None or out is None) and layout in ("NCHW", "NHWC") and _symbolic_factors(call) is not None:
+        return None
     if shape is None or out is None or layout not in ("NCHW", "NHWC"):
-        return "a resize needs static shapes and layout NCHW or NHWC"
+        return ("a resize needs static shapes (or, symbolic, an integer nearest upsampling 'asymmetric' / 'floor') "
+                "and layout NCHW or NHWC")
     if method not in METHODS:
         return f"{method} resize; the NPU takes {' and '.join(METHODS)}"
     if coord not in COORDINATES:
@@ -139,15 +144,41 @@ def _view_factors(call: relax.Call) -> tuple[int, int] | None:
     layout = str(a.layout)
     if str(a.method) != "nearest_neighbor" or str(a.coordinate_transformation_mode) not in COORDINATES:
         return None
+    if static_shape(call.args[0]) is None or static_shape(call) is None:
+        return _symbolic_factors(call)
     (h, w), (ho, wo) = _spatial(static_shape(call.args[0]), layout), _spatial(static_shape(call), layout)
     fh = upsample_factor(str(a.coordinate_transformation_mode), str(a.rounding_method), h, ho)
     fw = upsample_factor(str(a.coordinate_transformation_mode), str(a.rounding_method), w, wo)
     return None if fh is None or fw is None else (fh, fw)
 
 
+def _symbolic_factors(call: relax.Call) -> tuple[int, int] | None:
+    """(fh, fw) of a nearest resize with symbolic sizes (a model built for every input size) that is a broadcast
+    view at every size: ``asymmetric`` / ``floor`` (index ``o * in // out``, TVM's integer division), each
+    output size provably ``f`` times the input's for an integer ``f`` (read at the probe size)."""
+    a = call.attrs
+    if (str(a.method), str(a.coordinate_transformation_mode), str(a.rounding_method)) != \
+            ("nearest_neighbor", "asymmetric", "floor"):
+        return None
+    layout = str(a.layout)
+    dims, out = call.args[0].ty.shape, call.ty.shape
+    if not isinstance(dims, relax.ShapeExpr) or not isinstance(out, relax.ShapeExpr):
+        return None
+    analyzer = Analyzer()
+    factors = []
+    for axis in (layout.index("H"), layout.index("W")):
+        n, m = probe_dim(dims.values[axis]), probe_dim(out.values[axis])
+        if n is None or m is None or m % n or not analyzer.can_prove_equal(out.values[axis],
+                                                                          dims.values[axis] * (m // n)):
+            return None
+        factors.append(m // n)
+    return factors[0], factors[1]
+
+
 def nearest_view(x: relax.Expr, layout: str, fh: int, fw: int) -> relax.Expr:
-    """``x`` upsampled by ``fh`` x ``fw`` (nearest) as ``reshape -> broadcast_to -> reshape``."""
-    shape = static_shape(x)
+    """``x`` upsampled by ``fh`` x ``fw`` (nearest) as ``reshape -> broadcast_to -> reshape`` (symbolic sizes as
+    expressions)."""
+    shape = static_shape(x) or list(x.ty.shape.values)
     hi, wi = layout.index("H"), layout.index("W")
     split, spread, out = [], [], []
     for d, n in enumerate(shape):

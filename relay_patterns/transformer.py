@@ -186,7 +186,7 @@ def _explicit_axes(func: relax.Function) -> relax.Function:
 
     def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
         shape = static_shape(m[x])
-        if orig.attrs.axes is not None or shape is None:
+        if m[root].attrs.axes is not None or shape is None:  # orig may be the var bound to the call
             return orig
         return relax.op.permute_dims(m[x], list(range(len(shape)))[::-1])
 

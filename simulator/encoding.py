@@ -131,12 +131,20 @@ def _decode_instruction(buf: memoryview, pos: int, index: int) -> tuple[isa.Inst
 
 
 def encode_program(program: isa.Program, reserve: int = 0) -> bytearray:
-    """Serialise a program (header, tensor table, code, constant data, crc32).
+    """Serialise a program (header, tensor table, code, constant data, crc32) into one buffer.
 
     The constant data (a model's weights) is copied once, straight into the returned
     buffer (a bytearray, so that it is not copied again into an immutable ``bytes``);
     the program starts after ``reserve`` bytes left for a container's header.
     """
+    return join_parts(encode_program_parts(program, reserve))
+
+
+def encode_program_parts(program: isa.Program, reserve: int = 0) -> list[bytearray | np.ndarray | bytes]:
+    """:func:`encode_program`'s bytes as consecutive parts, the constant data not copied: a bytearray
+    (``reserve`` bytes left for a container's header, then the header, tensor table and code), every
+    constant's array as it is (C-contiguous, little-endian: a model's weights stay in the memory of its
+    constants, issue 26), the crc32 trailer."""
     table = bytearray()
     arrays = []
     for t in program.tensors:
@@ -153,14 +161,28 @@ def encode_program(program: isa.Program, reserve: int = 0) -> bytearray:
     n_data = sum(a.nbytes for a in arrays)
     head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, program.config_hash, len(program.tensors),
                         len(program.instructions), n_data)
-    out = bytearray(reserve + len(head) + len(table) + len(code) + n_data + _TRAILER.size)
-    view = memoryview(out)
-    pos = reserve
-    for part in (head, table, code, *(memoryview(a).cast("B") for a in arrays)):
-        view[pos:pos + len(part)] = part
-        pos += len(part)
-    view[pos:] = _TRAILER.pack(zlib.crc32(view[reserve:pos]))
-    view.release()
+    first = bytearray(reserve) + head + table + code
+    with memoryview(first) as view:
+        crc = zlib.crc32(view[reserve:])
+    for a in arrays:
+        crc = zlib.crc32(part_bytes(a), crc)
+    return [first, *arrays, _TRAILER.pack(crc)]
+
+
+def part_bytes(part: bytearray | np.ndarray | bytes) -> memoryview:
+    """The bytes of a part, flat (a 0-d or n-d array as its raw bytes)."""
+    return memoryview(part.reshape(-1) if isinstance(part, np.ndarray) else part).cast("B")
+
+
+def join_parts(parts: list[bytearray | np.ndarray | bytes]) -> bytearray:
+    """The parts of :func:`encode_program_parts` (or a container's) as one bytearray, each copied once."""
+    out = bytearray(sum(part_bytes(p).nbytes for p in parts))
+    pos = 0
+    with memoryview(out) as view:
+        for part in parts:
+            data = part_bytes(part)
+            view[pos:pos + data.nbytes] = data
+            pos += data.nbytes
     return out
 
 

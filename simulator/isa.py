@@ -75,6 +75,7 @@ class Opcode(enum.IntEnum):
     VRSUM = 0x65
     VPOW = 0x66
     VLOG = 0x67
+    VREQUANT64 = 0x68
     SIGNAL = 0x50
     WAIT = 0x51
     END = 0xFF
@@ -241,10 +242,11 @@ class MatMul:
     """``C[m, n] (+)= sum_k A[m, k] * B[k, n]`` in the accumulator type of ``in_dtype``.
 
     ``in_dtype`` is A's type; B has the same type, except that an 8-bit A (int8 or
-    uint8) multiplies int8 B (``DType.weight``). fp32 and fp16 products are summed in
+    uint8) or 16-bit A multiplies int8 B (``DType.weight``). fp32 and fp16 products are summed in
     the array's wide internal accumulator and the tile's sum is rounded once to the fp32
     accumulator (so a result does not depend on its position in the tile); 8-bit
-    products are summed in int32 with two's-complement wrap-around. The tile's sum is
+    products are summed in int32 with two's-complement wrap-around, 16-bit A (int16 or uint16, times
+    int8 B) in int64 (the 16x8 mode, at ``int16_mac_slowdown`` slots per MAC). The tile's sum is
     added to C once (``accumulate``) or overwrites it.
     """
 
@@ -518,7 +520,8 @@ class VecBiasAdd(_VecBase):
 
 @dataclass(frozen=True, slots=True)
 class VecRequant(_VecBase):
-    """int32 -> int8/uint8: ``clip(round_half_to_even(float32(src) * scale) + zero_point, lo, hi)``.
+    """int32 -> int8/uint8/int16/uint16 (op VREQUANT), or int64 -> the same (op VREQUANT64, the 16x8
+    accumulator): ``clip(round_half_to_even(float32(src) * scale) + zero_point, lo, hi)``.
 
     ``scale`` is an fp32 operand read with ``scale_strides`` (a per-channel multiplier
     vector, or stride 0 for one value); the arithmetic is float32 in exactly the order
@@ -532,11 +535,16 @@ class VecRequant(_VecBase):
     lo: int
     hi: int
     dst_dtype: DType
+    op: Opcode = Opcode.VREQUANT  # carried by the opcode byte: programs without VREQUANT64 encode as before
 
-    opcode: ClassVar[Opcode] = Opcode.VREQUANT
+    OPS: ClassVar[frozenset[Opcode]] = frozenset({Opcode.VREQUANT, Opcode.VREQUANT64})
+
+    @property
+    def opcode(self) -> Opcode:
+        return self.op
 
     def types(self) -> tuple[DType, DType]:
-        return DType.INT32, self.dst_dtype
+        return DType.INT64 if self.op == Opcode.VREQUANT64 else DType.INT32, self.dst_dtype
 
     def accesses(self) -> tuple[Access, Access, Access]:
         """(dst, src, the fp32 multipliers)."""
@@ -890,7 +898,7 @@ RECORD_OF: dict[Opcode, type] = {
     **{op: VecHardSigmoid for op in VecHardSigmoid.OPS},
     Opcode.VPOW: VecPow,
     Opcode.VBIAS_ADD: VecBiasAdd,
-    Opcode.VREQUANT: VecRequant,
+    **{op: VecRequant for op in VecRequant.OPS},
     Opcode.VQADD: VecQAdd,
     Opcode.VQMUL: VecQMul,
     Opcode.VCAST: VecCast,

@@ -31,8 +31,10 @@ _I64 = np.dtype(np.int64)
 #: products in a wide internal accumulator and rounds once into the SRAM accumulator
 #: (fp32) per instruction: emulated in float64, so a result does not depend on where in
 #: a tile an output sits. int8 goes through float64 too, which is exact for every sum an
-#: SRAM-sized tile can produce, then wraps to int32.
-_WORK = {DType.INT8: _F64, DType.UINT8: _F64, DType.FP16: _F64, DType.FP32: _F64}
+#: SRAM-sized tile can produce, then wraps to int32; 16-bit x int8 products (at most 2**22) too, for
+#: any sum of fewer than 2**31 of them, into int64.
+_WORK = {DType.INT8: _F64, DType.UINT8: _F64, DType.INT16: _F64, DType.UINT16: _F64, DType.FP16: _F64,
+         DType.FP32: _F64}
 
 
 def _operand(acc: isa.Access) -> _Operand:
@@ -43,8 +45,11 @@ def _operand(acc: isa.Access) -> _Operand:
 
 
 def _store_acc(out: np.ndarray, product: np.ndarray, accumulate: bool) -> None:
-    """Write a tensor-engine result into its accumulator tile (int32 wraps, fp32 rounds)."""
-    if out.dtype == np.int32:
+    """Write a tensor-engine result into its accumulator tile (int32 and int64 wrap, fp32 rounds)."""
+    if out.dtype == np.int64:
+        product = product.astype(_I64)
+        out[...] = out + product if accumulate else product
+    elif out.dtype == np.int32:
         product = product.astype(_I64)
         if accumulate:
             product += out
@@ -257,9 +262,12 @@ def _vec_cast(ins: isa.VecCast, accs: Accesses) -> Executor:
         return _vec(accs, int_to_int)
 
     def float_to_int(x: np.ndarray, out: np.ndarray) -> None:
-        r = np.clip(np.rint(x.astype(_F64)), lo, hi)
+        r = np.rint(x.astype(_F64))
         r[np.isnan(r)] = 0
-        out[...] = r
+        top = r >= float(hi)  # saturate before converting: int64's max rounds up to 2**63 in float64
+        r = np.clip(r, lo, hi)
+        r[top] = 0
+        out[...] = np.where(top, hi, r.astype(_I64))
 
     return _vec(accs, float_to_int)
 

@@ -41,9 +41,9 @@ class Arith(Generic[T]):
 
 
 def qrange(dtype: DType) -> tuple[int, int]:
-    """The integer range of an 8-bit activation type."""
+    """The integer range of an 8- or 16-bit activation type."""
     if not dtype.is_quantized:
-        raise ValueError(f"{dtype.np.name} is not a quantized type; accepted: int8, uint8")
+        raise ValueError(f"{dtype.np.name} is not a quantized type; accepted: int8, uint8, int16, uint16")
     info = np.iinfo(dtype.np)
     return int(info.min), int(info.max)
 

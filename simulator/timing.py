@@ -1,7 +1,8 @@
 """The NPU's cost model: cycles of every instruction, DMA bursts, and the roofline bound.
 
 Every number comes from :class:`~tvm_npu.config.HardwareConfig`; with R = mac_rows,
-C = mac_cols, P = hw.mac_pass_cycles(dtype), L = vector_lanes, B = dram_burst_bytes,
+C = mac_cols, P = hw.mac_pass_cycles(dtype) (MAC slots per MAC: fp32 and 16x8 take more than one),
+L = vector_lanes, B = dram_burst_bytes,
 BW = dram_bytes_per_cycle::
 
     MatMul  tensor_issue_cycles + ceil(K/R) * ceil(N/C) * M * P

@@ -31,9 +31,9 @@ from tvm_npu.config import DType, HardwareConfig
 from . import isa
 from .errors import ConfigMismatchError, InstructionError, ProgramFormatError
 
-_TENSOR_DTYPES = (DType.INT8, DType.UINT8, DType.FP16, DType.FP32)
+_TENSOR_DTYPES = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.FP16, DType.FP32)
 _INT_RANGE = {dt: (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max))
-              for dt in (DType.INT8, DType.UINT8, DType.INT32)}
+              for dt in (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32, DType.INT64)}
 
 
 def distinct_elements(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -82,8 +82,8 @@ class _Checker:
 
     def tensor_dtype(self, field: str, dtype: DType) -> None:
         if dtype not in _TENSOR_DTYPES:
-            self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, UINT8, FP16, "
-                             "FP32")
+            self.fail(field, f"operand dtype {dtype.name} is not a tensor-engine type; accepted: INT8, UINT8, INT16, "
+                             "UINT16, FP16, FP32")
 
     def describe(self, ins: isa.Instruction) -> tuple[isa.Access, ...]:
         """The record's :meth:`accesses`, once its own fields have been checked (dtypes, axis, groups)."""
@@ -268,8 +268,9 @@ class _Checker:
             self.fail(field, f"must be in the {dtype.name} range [{lo}, {hi}], got {value}")
 
     def vec_requant(self, ins: isa.VecRequant) -> None:
+        self.op_in(ins, isa.VecRequant.OPS)
         if not ins.dst_dtype.is_quantized:
-            self.fail("dst_dtype", f"must be INT8 or UINT8, got {ins.dst_dtype.name}")
+            self.fail("dst_dtype", f"must be INT8, UINT8, INT16 or UINT16, got {ins.dst_dtype.name}")
         for name in ("zero_point", "lo", "hi"):
             self.in_range(name, getattr(ins, name), ins.dst_dtype)
         if ins.lo > ins.hi:
@@ -278,7 +279,7 @@ class _Checker:
 
     def vec_qadd(self, ins: isa.VecQAdd) -> None:
         for name in ("src_dtype", "dst_dtype"):
-            if not getattr(ins, name).is_quantized:
+            if not getattr(ins, name).is_8bit:
                 self.fail(name, f"must be INT8 or UINT8, got {getattr(ins, name).name}")
         for name in ("scale_a", "scale_b", "offset"):
             value = getattr(ins, name)
@@ -292,7 +293,7 @@ class _Checker:
 
     def vec_qmul(self, ins: isa.VecQMul) -> None:
         for name in ("src_dtype", "dst_dtype"):
-            if not getattr(ins, name).is_quantized:
+            if not getattr(ins, name).is_8bit:
                 self.fail(name, f"must be INT8 or UINT8, got {getattr(ins, name).name}")
         if not math.isfinite(ins.ratio) or float(np.float32(ins.ratio)) != ins.ratio:
             self.fail("ratio", f"must be a finite float32 value, got {ins.ratio}")
@@ -309,7 +310,7 @@ class _Checker:
 
     def vec_lut(self, ins: isa.VecLut) -> None:
         for name in ("src_dtype", "dst_dtype"):
-            if not getattr(ins, name).is_quantized:
+            if not getattr(ins, name).is_8bit:
                 self.fail(name, f"must be INT8 or UINT8 (a table has one entry per 8-bit value), got "
                                 f"{getattr(ins, name).name}")
         self.vec_base(ins)

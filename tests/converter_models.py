@@ -38,6 +38,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+# TFLite's quantization rules, shared with the corpus's TFLite form (tvm_npu.testing.tflite_form)
+from tvm_npu.testing.tflite_form import INT8_MIN, Quant, symmetric_per_channel, tflite_activation_quant
+
 OPSET = 17
 INPUT = "serving_default_keras_tensor:0"  # tf2onnx's name for a Keras model's input
 #: tf2onnx's name for a symbolic batch dimension.
@@ -46,25 +49,16 @@ SYMBOLIC_BATCH = "unk__12"
 #: input's quantization comes from that nominal range (2/255, zero point -1, as in the real models).
 CALIBRATION_SAMPLES = 8
 INPUT_RANGE = (-1.0, 1.0)
-INT8_MIN, INT8_MAX = -128, 127
+INT16_MAX = 32767
+#: The TFLite 16x8 form (int16 activations, int8 weights): DequantizeLinear / QuantizeLinear of int16 need
+#: opset 21, which tf2onnx writes for them.
+OPSET_16X8 = 21
 
 
-@dataclass(frozen=True)
-class Quant:
-    """A per-tensor int8 quantization."""
-
-    scale: float
-    zero_point: int
-
-
-def tflite_activation_quant(lo: float, hi: float) -> Quant:
-    """TFLite's asymmetric int8 parameters for the range [lo, hi]: widened to hold 0, the zero point
-    from the minimum, rounded half away from zero (``std::round``) and clamped."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = np.float32((hi - lo) / (INT8_MAX - INT8_MIN)) if hi > lo else np.float32(1.0)
-    zp = INT8_MIN - lo / float(scale)
-    zp = int(np.clip(np.sign(zp) * np.floor(abs(zp) + 0.5), INT8_MIN, INT8_MAX))
-    return Quant(float(scale), zp)
+def tflite_int16_quant(lo: float, hi: float) -> Quant:
+    """TFLite's 16x8 activation parameters for the range [lo, hi]: symmetric, zero point 0."""
+    bound = max(abs(lo), abs(hi))
+    return Quant(float(np.float32(bound / INT16_MAX)) if bound > 0 else 1.0, 0)
 
 
 @dataclass(frozen=True)
@@ -87,9 +81,12 @@ class ConverterNet:
     both (:meth:`_value`), which is how the QDQ pass finds its ranges; weights are drawn in call order."""
 
     def __init__(self, seed: int, ranges: Mapping[str, tuple[float, float]] | None = None,
-                 batch: int | str = 1) -> None:
+                 batch: int | str = 1, bits: int = 8) -> None:
         self.rng = np.random.default_rng(seed)
         self.ranges, self.batch = ranges, batch
+        # 16: TFLite's 16x8 form, int16 activations (symmetric) and int8 weights
+        self.act_type, self.act_quant = ((TensorProto.INT16, tflite_int16_quant) if bits == 16
+                                         else (TensorProto.INT8, tflite_activation_quant))
         self.nodes: list[onnx.NodeProto] = []
         self.inits: dict[str, np.ndarray] = {}
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -123,7 +120,7 @@ class ConverterNet:
 
     def _qparams(self, quant: Quant) -> list[str]:
         return [self._const("scale", np.array(quant.scale, np.float32)),
-                self._const("zero_point", np.array(quant.zero_point, np.int8))]
+                self._const("zero_point", np.array(quant.zero_point, helper.tensor_dtype_to_np_dtype(self.act_type)))]
 
     def _read(self, x: Act) -> str:
         """The float tensor readers of ``x`` use: in the QDQ model the (one, shared) DQ of its int8 tensor."""
@@ -145,17 +142,13 @@ class ConverterNet:
         if same_as is not None:
             quant = same_as.quant
         elif quant is None:
-            quant = tflite_activation_quant(*self.ranges[value])
+            quant = self.act_quant(*self.ranges[value])
         return Act(self._node("QuantizeLinear", [value, *self._qparams(quant)], self._other("quant")),
                    shape, layout, quant)
 
     def _weight_dq(self, w: np.ndarray, axis: int) -> tuple[str, np.ndarray]:
         """(the DQ output, the per-channel scales): symmetric per channel along ``axis``, zero points 0."""
-        other = tuple(i for i in range(w.ndim) if i != axis)
-        scale = (np.abs(w).max(axis=other) / INT8_MAX).astype(np.float32)
-        shape = [1] * w.ndim
-        shape[axis] = -1
-        wq = np.clip(np.round(w / scale.reshape(shape)), -INT8_MAX, INT8_MAX).astype(np.int8)
+        wq, scale = symmetric_per_channel(w, axis)
         inputs = [self._const("weight", wq), self._const("scale", scale),
                   self._const("zero_point", np.zeros(scale.shape, np.int8))]
         return self._node("DequantizeLinear", inputs, self._other("weight_dequant"), axis=axis), scale
@@ -172,8 +165,8 @@ class ConverterNet:
         if not self.qdq:
             self.inputs.append(helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, list(shape)))
             return Act(INPUT, shape, "NHWC")
-        self.inputs.append(helper.make_tensor_value_info(INPUT, TensorProto.INT8, list(shape)))
-        return Act(INPUT, shape, "NHWC", tflite_activation_quant(*self.ranges[INPUT]))
+        self.inputs.append(helper.make_tensor_value_info(INPUT, self.act_type, list(shape)))
+        return Act(INPUT, shape, "NHWC", self.act_quant(*self.ranges[INPUT]))
 
     def to_nchw(self, x: Act) -> Act:
         """tf2onnx's layout change into the first conv: ``Transpose(0,3,1,2)``."""
@@ -254,13 +247,14 @@ class ConverterNet:
         logits = self._quantize(self._node("MatMul", [self._read(flat), wd], self._value("matmul")),
                                 (n, classes), "NC")
         probs = self._node("Softmax", [self._read(logits)], self._value("softmax"), axis=-1)
-        return self._quantize(probs, (n, classes), "NC", quant=Quant(1.0 / 256.0, INT8_MIN))
+        unit = Quant(1.0 / 32768.0, 0) if self.act_type == TensorProto.INT16 else Quant(1.0 / 256.0, INT8_MIN)
+        return self._quantize(probs, (n, classes), "NC", quant=unit)
 
     def output(self, y: Act) -> None:
         """The graph's output: the int8 tensor in the QDQ model; the float value (then every observed
         tensor) in the twin."""
         if self.qdq:
-            self.outputs.append(helper.make_tensor_value_info(y.name, TensorProto.INT8, list(y.shape)))
+            self.outputs.append(helper.make_tensor_value_info(y.name, self.act_type, list(y.shape)))
             return
         self.outputs.append(helper.make_tensor_value_info(y.name, TensorProto.FLOAT, list(y.shape)))
         self.outputs += [helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape))
@@ -269,8 +263,10 @@ class ConverterNet:
     def model(self) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "converter_int8", self.inputs, self.outputs,
                                   [numpy_helper.from_array(v, k) for k, v in self.inits.items()])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tf2onnx")
-        model.ir_version = 8  # what tf2onnx writes for opset 17
+        sixteen = self.act_type == TensorProto.INT16
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET_16X8 if sixteen else OPSET)],
+                                  producer_name="tf2onnx")
+        model.ir_version = 10 if sixteen else 8  # what tf2onnx writes for opset 21 / 17
         onnx.checker.check_model(model)
         return model
 
@@ -302,11 +298,12 @@ def calibration_ranges(network: Network, seed: int, samples: int = CALIBRATION_S
     return ranges
 
 
-def converter_model(network: Network, seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
+def converter_model(network: Network, seed: int = 0, batch: int | str = 1, bits: int = 8) -> onnx.ModelProto:
     """The QDQ model of ``network`` as the TFLite converter + tf2onnx write it; ``batch`` an int, or
-    :data:`SYMBOLIC_BATCH` for their symbolic batch dimension."""
+    :data:`SYMBOLIC_BATCH` for their symbolic batch dimension; ``bits=16`` the 16x8 form (int16
+    activations with zero point 0, int8 weights, int32 biases; the softmax at 1/32768)."""
     ranges = calibration_ranges(network, seed)
-    net = ConverterNet(seed, ranges, batch)
+    net = ConverterNet(seed, ranges, batch, bits)
     network(net)
     return net.model()
 

@@ -70,6 +70,7 @@ from .cost import (
 )
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, epilogue_text, register
+from .strided import as_read, skips_rows
 
 
 def padded_extent(out: int, tile: int, stride: int, kernel: int, dilation: int, size: int, pad: int) -> int:
@@ -241,7 +242,14 @@ def group_quantum(spec: Conv2dSpec, hw: HardwareConfig) -> int:
 
 def streams_groups(tile: ConvTile) -> bool:
     """Whether the group-tile loop is fused into the pipelined loop and the weights of every
-    group stay in SRAM (vector-engine tiles)."""
+    group stay in SRAM (vector-engine tiles, and grouped tensor-engine tiles that choose it)."""
+    return tile.engine == ConvEngine.VECTOR or tile.stream_groups
+
+
+def whole_weights(tile: ConvTile) -> bool:
+    """Whether the whole layer's weights (and per-channel epilogue operands) are loaded once (vector tiles:
+    a few bytes per channel); a streaming tensor tile loads its group's with each step's data instead, so
+    the next group's weights arrive while the array computes this one's."""
     return tile.engine == ConvEngine.VECTOR
 
 
@@ -264,7 +272,8 @@ class _StepCosts:
         self.kh, self.kw = spec.kernel
         (self.sh, self.sw), (self.pt, self.pl) = spec.strides, spec.padding[:2]
         self.rows, self.cols = _window(spec, tile)
-        self.on_vector = tile.engine == ConvEngine.VECTOR
+        self.whole = whole_weights(tile)
+        self.streamed = streams_groups(tile)
         self.outer_b = tile.order == Order.B_STATIONARY
         dt = spec.data.dtype
         self.window = windows(hw, dt, spec.data, spec.layout)
@@ -327,12 +336,12 @@ class _StepCosts:
     def loads(self, b, gt, ot, ct, y, x, new_outer: bool, pipelined_rc: bool) -> tuple[Copy, Copy | None]:
         """A step's loads, and those of its outer loop's stationary operand (None: none at this step)."""
         stationary = None
-        if self.on_vector:  # weights and per-channel operands of every group stay in SRAM
+        if self.whole:  # weights and per-channel operands of every group stay in SRAM
             loads = self.data_box(b, gt, ct, y, x)
             if new_outer:
-                g = self.g
-                stationary = self.weight_box((0, g), ot, ct) + self.epi_loads(b, (0, g), ot, y, x, full=False)
-        elif pipelined_rc:
+                g, every = self.g, (0, self.og)
+                stationary = self.weight_box((0, g), every, ct) + self.epi_loads(b, (0, g), every, y, x, full=False)
+        elif pipelined_rc or self.streamed:
             loads = self.data_box(b, gt, ct, y, x) + self.weight_box(gt, ot, ct)
         elif self.outer_b:
             loads = self.data_box(b, gt, ct, y, x)
@@ -392,10 +401,10 @@ def _tile_loops(sch: s_tir.Schedule, blk: s_tir.SBlockRV, spec: Conv2dSpec, tile
     s = sch.fuse(yo, xo)
     outer_loops = [*groups, oo, s] if tile.order == Order.B_STATIONARY else [*groups, s, oo]
     chan_inner = oo
-    if streams_groups(tile):  # one pipelined loop over group and spatial tiles, all weights loaded once
+    if streams_groups(tile):  # one pipelined loop over group and spatial tiles
         s = sch.fuse(*outer_loops)
         outer_loops = [s]
-        chan_inner = b
+        chan_inner = b if whole_weights(tile) else s  # all weights loaded once, or a tile's with its data
     return _ConvLoops(b, rco, s, chan_inner, outer_loops[-1], len(outer_loops), inner[0])
 
 
@@ -448,14 +457,18 @@ class Conv2d(OpKind):
         inner = n_sp if tile.order == Order.B_STATIONARY else n_oc
         if streams_groups(tile):
             inner = _ceil(g, tile.tg) * n_oc * n_sp
-        own = inner > 1 and tile.stages > 1 and (streamed or bool(spec.epilogue)) and not streams_groups(tile)
+        own = inner > 1 and tile.stages > 1 and (streamed or bool(spec.epilogue)) and tile.engine == ConvEngine.TENSOR
         return Pipelining(streamed or inner > 1, streamed, own)
 
+    def as_scheduled(self, spec: Conv2dSpec, tile: ConvTile) -> Conv2dSpec:
+        return as_read(spec, tile.skip_rows)
+
     def definition(self, spec: Conv2dSpec, tile: ConvTile) -> tuple:
-        return compute(spec, tile)
+        return compute(self.as_scheduled(spec, tile), tile)
 
     def schedule(self, spec: Conv2dSpec, tile: ConvTile) -> Scheduled:
         """Tile, stage into SRAM, pipeline and blockize a convolution (see the module docstring)."""
+        spec = self.as_scheduled(spec, tile)
         inputs, final, axes = compute(spec, tile)
         sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
         res = Scheduled(spec, tile, sch, axes=axes)
@@ -472,7 +485,7 @@ class Conv2d(OpKind):
         mark(sch, sch.blockize(loops.tile), SiteKind.CONV)
         p = self.pipelining(spec, tile)
         schedule_epilogue(sch, res, blk, loops.inner_out, store, own_result=rco is not None or p.epilogue_stage)
-        if streams_groups(tile):  # per-channel epilogue operands, like the weights, are loaded once
+        if whole_weights(tile):  # per-channel epilogue operands, like the weights, are loaded once
             _load_channel_operands_once(sch, res, spec, loops.batch)
 
         pipe = rco if p.streamed_reduction else loops.inner_out
@@ -497,7 +510,9 @@ class Conv2d(OpKind):
         vector = depthwise(spec) and opts.depthwise_engine == DepthwiseEngine.AUTO  # -depthwise-engine=tensor: never
         engines = [ConvEngine.TENSOR, ConvEngine.VECTOR] if vector else [ConvEngine.TENSOR]
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
-                "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines}
+                "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines,
+                "skip_rows": [False, True] if skips_rows(spec) else [False],
+                "stream_groups": [False, True] if g > 1 and og > 1 else [False]}
 
     def fallback_axes(self, spec: Conv2dSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list] | None:
         """Depthwise tiles of fewer groups than :func:`group_quantum`: buffer versions then share an SRAM
@@ -510,14 +525,17 @@ class Conv2d(OpKind):
         return {**axes, "tg": fewer} if fewer else None
 
     def admits(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
-        if tile.engine == ConvEngine.VECTOR and (not depthwise(spec) or tile.order != Order.B_STATIONARY):
+        if streams_groups(tile) and tile.order != Order.B_STATIONARY:
             return False  # the loop order means nothing when every loop is fused into one
+        if tile.engine == ConvEngine.VECTOR and not depthwise(spec):
+            return False
         return tile.tg == 1 or tile.toc == spec.out.dim("C") // spec.groups  # a multi-group tile holds whole groups
 
     def whole_rows(self, spec: Conv2dSpec, tile: ConvTile) -> bool:
         return tile.tow == spec.out.dim("W")
 
     def footprint(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> int:
+        spec = self.as_scheduled(spec, tile)
         cg = spec.in_channels // spec.groups
         kh, kw = spec.kernel
         rows, cols = _window(spec, tile)
@@ -529,19 +547,20 @@ class Conv2d(OpKind):
         isz = spec.data.dtype.itemsize
         out_tile = tile.tg * tile.toc * tile.toh * tile.tow
         data_v = s if (streamed_rc or outer_b) else 1
-        w_v = s if (streamed_rc or not outer_b) else 1
+        w_v = s if (streamed_rc or not outer_b or streams_groups(tile)) and not whole_weights(tile) else 1
         own = p.epilogue_stage  # accumulator, result and epilogue operands double-buffered
         out_v = 2 if own else 1 if streamed_rc else (2 if s > 1 else 1)
-        w_groups = spec.groups if streams_groups(tile) else tile.tg
-        buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * w_groups * tile.toc * tic * kh * kw * isz]
+        w_out = spec.out.dim("C") if whole_weights(tile) else tile.tg * tile.toc  # every group's, or the tile's
+        buffers = [data_v * tile.tg * tic * rows * cols * isz, w_v * w_out * tic * kh * kw * isz]
         buffers += epilogue_sizes(spec, out_tile, tile.tg * tile.toc, ACCUMULATOR[spec.data.dtype],
                                   2 if own else 1 if streamed_rc else s, out_v, streamed_rc or own,
-                                  spec.out.dim("C") if streams_groups(tile) else None, 2 if own else 1)
+                                  spec.out.dim("C") if whole_weights(tile) else None, 2 if own else 1)
         return sum(hw.align(x) for x in buffers)
 
     # -------------------------------------------------------------- cost model
     def steps(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> Iterator[Step]:
         """The steps of ``tile``'s loop nest in order, with their copies (:class:`_StepCosts`) and cycles."""
+        spec = self.as_scheduled(spec, tile)
         n, c = spec.data.dim("N"), spec.data.dim("C")
         o, oh, ow = spec.out.dim("C"), spec.out.dim("H"), spec.out.dim("W")
         g = spec.groups
@@ -565,7 +584,7 @@ class Conv2d(OpKind):
             prev_outer = None
             slot = 0
             for (gt, ot), (y, x) in pairs:
-                outer_key = () if on_vector else (gt, ot) if outer_b else (gt, y, x)
+                outer_key = () if streams_groups(tile) else (gt, ot) if outer_b else (gt, y, x)
                 new_outer = outer_key != prev_outer
                 slot = 0 if new_outer else slot + 1
                 prev_outer = outer_key
@@ -587,7 +606,7 @@ class Conv2d(OpKind):
                                 hw, m, oe, ct[1] * kh * kw, dt, gt[1])
                     loads, stationary = costs.loads(b, gt, ot, ct, y, x, new_outer, pipelined_rc)
                     last = ri == len(rc_tiles) - 1
-                    operands = costs.epi_loads(b, gt, ot, y, x, channel=not on_vector) if last else NO_COPY
+                    operands = costs.epi_loads(b, gt, ot, y, x, channel=not whole_weights(tile)) if last else NO_COPY
                     yield Step(loads, tensor, last, vec if last else 0, store if last else NO_COPY, stationary,
                                operands, ri if pipelined_rc else slot, slot)
 
@@ -606,6 +625,7 @@ class Conv2d(OpKind):
         return spec.data.dim("N") * (n_steps * hw.tensor_issue_cycles + work)
 
     def traffic_floor(self, spec: Conv2dSpec, tile: ConvTile, hw: HardwareConfig) -> float:
+        spec = self.as_scheduled(spec, tile)
         extra = sum(e.operand.nbytes for e in spec.epilogue
                     if e.operand is not None and e.broadcast == Broadcast.FULL)
         g = spec.groups
@@ -620,7 +640,8 @@ class Conv2d(OpKind):
         streamed = min(tile.tic, cg) < cg
         b_stat = tile.order == Order.B_STATIONARY
         data_loads = n_oc if (b_stat or streamed) else 1
-        weight_loads = spec.data.dim("N") * (n_sp if (streamed or not b_stat) and not streams_groups(tile) else 1)
+        per_step = (streamed or not b_stat or streams_groups(tile)) and not whole_weights(tile)
+        weight_loads = spec.data.dim("N") * (n_sp if per_step else 1)
         total = data * data_loads + spec.weight.nbytes * weight_loads + spec.out.nbytes + extra
         return total / hw.dram_bytes_per_cycle
 

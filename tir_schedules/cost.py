@@ -108,10 +108,11 @@ class Boxes:
 
     __slots__ = ("burst", "dtype", "exact", "hw", "itemsize", "memo", "on_chip", "shape", "strides")
 
-    def __init__(self, hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool) -> None:
+    def __init__(self, hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool,
+                 strides: tuple[int, ...] | None = None) -> None:
         self.hw, self.dtype, self.shape, self.on_chip = hw, dtype, shape, on_chip
         self.itemsize, self.burst = dtype.itemsize, hw.dram_burst_bytes
-        self.strides = row_major(shape)
+        self.strides = strides or row_major(shape)  # element strides in DRAM (a strided view's, see storage)
         self.exact: dict[tuple, Copy] = {}
         self.memo: dict[tuple, Copy] = {}
 
@@ -142,9 +143,9 @@ class Boxes:
         if hit is None:
             strides = tuple(sram_strides or row_major(ext))
             if self.on_chip:
-                hit = _on_chip_cost(self.hw, self.shape, key[1], strides)
+                hit = _on_chip_cost(self.hw, self.strides, key[1], strides)
             else:
-                hit = _copy_cost(self.hw, self.dtype, self.shape, key[1], strides, residue)
+                hit = _copy_cost(self.hw, self.dtype, self.strides, key[1], strides, residue)
             _remember(self.memo, key, hit)
         return hit
 
@@ -167,17 +168,30 @@ def _shared(hw: HardwareConfig, key: tuple, make: Callable[[], Boxes | Windows])
     return hit[1]
 
 
-def boxes(hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool = False) -> Boxes:
-    """The (shared, memoising) :class:`Boxes` of a tensor."""
-    return _shared(hw, ("b", id(hw), dtype, shape, on_chip), lambda: Boxes(hw, dtype, shape, on_chip))
+def boxes(hw: HardwareConfig, dtype: DType, shape: tuple[int, ...], on_chip: bool = False,
+          strides: tuple[int, ...] | None = None) -> Boxes:
+    """The (shared, memoising) :class:`Boxes` of a tensor (``strides``: its DRAM element strides, default
+    row-major)."""
+    return _shared(hw, ("b", id(hw), dtype, shape, on_chip, strides),
+                   lambda: Boxes(hw, dtype, shape, on_chip, strides))
+
+
+def storage(data: TensorRef) -> tuple[int, ...] | None:
+    """The DRAM element strides of a tensor read through a strided view of its own storage (a strided
+    operator's row-skipping input, ``strided.py``); None (row-major) for any other tensor. Other views are
+    priced as row-major tensors of their shape, as before."""
+    view = data.view
+    if view is None or view.base != data.name or any(len(d) != 1 for d in view.dims):
+        return None
+    return tuple(d[0][1] for d in view.dims)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
+def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_strides: tuple[int, ...], ext: tuple[int, ...],
                sram_strides: tuple[int, ...], residue: int) -> Copy:
     isz = dtype.itemsize
     res = Copy()
-    for (od, _), inner in split_outer(copy_plan(ext, row_major(tensor_shape), sram_strides)):
+    for (od, _), inner in split_outer(copy_plan(ext, tensor_strides, sram_strides)):
         shape, strides = pad3(inner, 0)
         start = (residue + od * isz) % hw.dram_burst_bytes
         bursts = timing.dram_bursts(hw, shape, strides, start // isz, isz)
@@ -187,11 +201,11 @@ def _copy_cost(hw: HardwareConfig, dtype: DType, tensor_shape: tuple[int, ...], 
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _on_chip_cost(hw: HardwareConfig, tensor_shape: tuple[int, ...], ext: tuple[int, ...],
+def _on_chip_cost(hw: HardwareConfig, tensor_strides: tuple[int, ...], ext: tuple[int, ...],
                   sram_strides: tuple[int, ...]) -> Copy:
     """One ``VCOPY`` per block the codegen's copy plan gives (as for a DMA descriptor), on the vector engine."""
     cycles = 0
-    for _, inner in split_outer(copy_plan(ext, row_major(tensor_shape), sram_strides)):
+    for _, inner in split_outer(copy_plan(ext, tensor_strides, sram_strides)):
         shape, _ = pad3(inner, 0)
         cycles += timing.vector_cycles(hw, math.prod(shape), 1)
     return Copy(vector=cycles)
@@ -211,7 +225,7 @@ class Windows:
     __slots__ = ("box", "exact", "src", "tile", "tile_of_src")
 
     def __init__(self, hw: HardwareConfig, dtype: DType, data: TensorRef, tile_layout: str) -> None:
-        self.box = boxes(hw, dtype, tuple(data.shape), data.on_chip)
+        self.box = boxes(hw, dtype, tuple(data.shape), data.on_chip, storage(data))
         self.src = tuple("NCHW".index(a) for a in data.layout)  # NCHW position of each source axis
         self.tile = tuple("NCHW".index(a) for a in tile_layout)  # NCHW position of each tile axis
         self.tile_of_src = tuple(tile_layout.index(a) for a in data.layout)  # tile position of each source axis
@@ -230,7 +244,7 @@ class Windows:
 
 def windows(hw: HardwareConfig, dtype: DType, data: TensorRef, tile_layout: str) -> Windows:
     """The (shared, memoising) :class:`Windows` of a tensor read into tiles of ``tile_layout``."""
-    key = ("w", id(hw), dtype, tuple(data.shape), data.layout, data.on_chip, tile_layout)
+    key = ("w", id(hw), dtype, tuple(data.shape), data.layout, data.on_chip, storage(data), tile_layout)
     return _shared(hw, key, lambda: Windows(hw, dtype, data, tile_layout))
 
 

@@ -59,6 +59,12 @@ class OpKind(abc.ABC):
     def schedule(self, spec: OpSpec, tile: TileParams) -> Scheduled:
         """TE compute -> PrimFunc -> ``tvm.s_tir`` schedule (see ``common.py`` for the conventions)."""
 
+    def as_scheduled(self, spec: OpSpec, tile: TileParams) -> OpSpec:
+        """The spec ``tile``'s template is built for, which the codegen emits: ``spec`` itself, or an
+        equivalent form the tile chose (a strided operator over a view of the input rows it uses,
+        ``strided.py``)."""
+        return spec
+
     @abc.abstractmethod
     def definition(self, spec: OpSpec, tile: TileParams) -> tuple:
         """The template's TE definition: (inputs, output, ...); ``tile`` matters only where the staged

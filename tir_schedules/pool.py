@@ -47,11 +47,21 @@ from .cost import (
 )
 from .cost import ceil_div as _ceil
 from .kind import OpKind, RowWindow, epilogue_text, register
+from .strided import as_read, skips_rows
+
+
+def read_width(spec: PoolSpec, tile: PoolTile) -> int:
+    """Columns the template reads per window: the kernel's, or for a whole-row tile of a window narrower
+    than its stride (a 1x1 / 2 pool) the whole stride, so a tile's window spans whole input rows and the
+    DMA reads rows (of equal SRAM and DRAM pitch) as one run; the instruction's kernel ignores the extra
+    columns, which cost no extra burst when the rows are whole."""
+    kw, sw = spec.kernel[1], spec.strides[1]
+    return sw if kw < sw and tile.tow == spec.out.dim("W") else kw
 
 
 def _window(spec: PoolSpec, tile: PoolTile) -> tuple[int, int]:
-    (kh, kw), (sh, sw) = spec.kernel, spec.strides
-    return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + kw
+    (kh, _), (sh, sw) = spec.kernel, spec.strides
+    return (tile.toh - 1) * sh + kh, (tile.tow - 1) * sw + read_width(spec, tile)
 
 
 def separable(spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> bool:
@@ -87,7 +97,8 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
     sh, sw = spec.strides
     pt, pl = spec.padding[0], spec.padding[1]
     hp = padded_extent(oh, tile.toh, sh, kh, 1, h, pt)
-    wp = padded_extent(ow, tile.tow, sw, kw, 1, w, pl)
+    rw = read_width(spec, tile)
+    wp = padded_extent(ow, tile.tow, sw, rw, 1, w, pl)
     dt = spec.data.dtype.np.name
     fill = tirx.min_value(dt) if spec.kind == PoolKind.MAX else tirx.const(0, dt)
     if spec.pad_value is not None:  # a folded constant pad (the instruction's PaddedMaxPool)
@@ -106,12 +117,15 @@ def compute(spec: PoolSpec, tile: PoolTile) -> tuple[list[te.Tensor], te.Tensor,
         pad = te.compute((n, hp, wp, c), lambda b, hh, ww, cc: tirx.if_then_else(
             valid(hh, ww), read(b, cc, hh, ww), fill), name="pad")
     ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
+    rx = te.reduce_axis((0, rw), name="rx")
     name = "acc" if spec.epilogue else spec.out.name
     inv = tirx.const(1.0 / (kh * kw), dt)
+    identity = tirx.min_value(dt) if spec.kind == PoolKind.MAX else tirx.const(0, dt)
 
     def window(b, cc, y, x):
         v = pad[b, cc, y * sh + ry, x * sw + rx] if nchw else pad[b, y * sh + ry, x * sw + rx, cc]
+        if rw > kw:  # columns read for whole rows only (read_width)
+            v = tirx.if_then_else(rx < kw, v, identity)
         if spec.kind == PoolKind.MAX:
             return te.max(v, axis=[ry, rx])
         return te.sum(v * inv, axis=[ry, rx])  # structure only: the instruction defines the divisor
@@ -138,10 +152,14 @@ class Pool(OpKind):
         """The fused spatial loop, or the channel loop when there is one spatial tile."""
         return Pipelining(_ceil(spec.data.dim("C"), tile.tc) * _spatial_tiles(spec, tile) > 1)
 
+    def as_scheduled(self, spec: PoolSpec, tile: PoolTile) -> PoolSpec:
+        return as_read(spec, tile.skip_rows)
+
     def definition(self, spec: PoolSpec, tile: PoolTile) -> tuple:
-        return compute(spec, tile)
+        return compute(self.as_scheduled(spec, tile), tile)
 
     def schedule(self, spec: PoolSpec, tile: PoolTile) -> Scheduled:
+        spec = self.as_scheduled(spec, tile)
         inputs, final, axes = compute(spec, tile)
         sch = s_tir.Schedule(te.create_prim_func([*inputs, final]))
         res = Scheduled(spec, tile, sch, axes=axes, dram_axes={Role.DATA: spec.data.layout})
@@ -175,12 +193,14 @@ class Pool(OpKind):
     def axes(self, spec: PoolSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list]:
         c, oh, ow = spec.data.dim("C"), spec.out.dim("H"), spec.out.dim("W")
         return {"tc": tile_extents(c, hw.vector_lanes, opts), "toh": tile_extents(oh, 1, opts, limit=16),
-                "tow": tile_extents(ow, 1, opts, limit=4), "stages": [opts.pipeline_stages]}
+                "tow": tile_extents(ow, 1, opts, limit=4), "stages": [opts.pipeline_stages],
+                "skip_rows": [False, True] if skips_rows(spec) else [False]}
 
     def whole_rows(self, spec: PoolSpec, tile: PoolTile) -> bool:
         return tile.tow == spec.out.dim("W")
 
     def footprint(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> int:
+        spec = self.as_scheduled(spec, tile)
         rows, cols = _window(spec, tile)
         s = tile.stages if self.pipelining(spec, tile).pipelined else 1
         isz = spec.data.dtype.itemsize
@@ -193,6 +213,7 @@ class Pool(OpKind):
 
     # -------------------------------------------------------------- cost model
     def steps(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> Iterator[Step]:
+        spec = self.as_scheduled(spec, tile)
         nchw = spec.layout == "NCHW"
         n, c = spec.data.dim("N"), spec.data.dim("C")
         oh, ow = spec.out.dim("H"), spec.out.dim("W")
@@ -233,6 +254,7 @@ class Pool(OpKind):
         return timing.vector_cycles(hw, row_outs * loaded, kw) + timing.vector_cycles(hw, nout, kh)
 
     def traffic_floor(self, spec: PoolSpec, tile: PoolTile, hw: HardwareConfig) -> float:
+        spec = self.as_scheduled(spec, tile)
         extra = sum(e.operand.nbytes for e in spec.epilogue
                     if e.operand is not None and e.broadcast == Broadcast.FULL)
         kh, kw = spec.kernel

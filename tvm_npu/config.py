@@ -26,6 +26,9 @@ class DType(enum.IntEnum):
     FP16 = 2
     FP32 = 3
     UINT8 = 4
+    INT16 = 5
+    UINT16 = 6
+    INT64 = 7
 
     @property
     def np(self) -> np.dtype:
@@ -42,13 +45,18 @@ class DType(enum.IntEnum):
 
     @property
     def is_quantized(self) -> bool:
-        """An 8-bit integer activation type (a quantized tensor with a scale and zero point)."""
+        """An 8- or 16-bit integer activation type (a quantized tensor with a scale and zero point)."""
+        return self in (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
+
+    @property
+    def is_8bit(self) -> bool:
+        """An 8-bit activation type: what a 256-entry table (``VLUT``) and the 8-bit pair instructions take."""
         return self in (DType.INT8, DType.UINT8)
 
     @property
     def weight(self) -> DType:
-        """The tensor engine's weight operand type for this activation type: int8 for any 8-bit
-        activation (uint8 activations multiply int8 weights), else the same type."""
+        """The tensor engine's weight operand type for this activation type: int8 for any quantized
+        activation (uint8 and 16-bit activations multiply int8 weights, 16x8), else the same type."""
         return DType.INT8 if self.is_quantized else self
 
     @classmethod
@@ -62,12 +70,15 @@ class DType(enum.IntEnum):
 
 
 _NP_NAMES = {DType.INT8: "int8", DType.INT32: "int32", DType.FP16: "float16", DType.FP32: "float32",
-             DType.UINT8: "uint8"}
+             DType.UINT8: "uint8", DType.INT16: "int16", DType.UINT16: "uint16", DType.INT64: "int64"}
 _FROM_NAMES = {v: k for k, v in _NP_NAMES.items()}
 _NP_DTYPES = {k: np.dtype(v) for k, v in _NP_NAMES.items()}
 
-#: Accumulator type of the tensor engine for each operand type (datasheet: int32 / fp32).
-ACCUMULATOR = {DType.INT8: DType.INT32, DType.UINT8: DType.INT32, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
+#: Accumulator type of the tensor engine for each operand type (datasheet: int32 / fp32). 16-bit activations
+#: times int8 weights accumulate in int64: a product reaches 2**22, so int32 overflows from 512 worst-case
+#: terms on (TFLite's 16x8 kernels sum in int64, Ethos-U in 48 bits; docs/architecture.md, *16-bit activations*).
+ACCUMULATOR = {DType.INT8: DType.INT32, DType.UINT8: DType.INT32, DType.INT16: DType.INT64,
+               DType.UINT16: DType.INT64, DType.FP16: DType.FP32, DType.FP32: DType.FP32}
 
 
 def _key(name: str) -> str:
@@ -100,6 +111,8 @@ class HardwareConfig:
     num_semaphores: int = _field(64, 12, 4096, "counting semaphores between engines (the compiler's "
                                  "synchronisation uses one per ordered pair of the 4 engines: at least 12)")
     fp32_mac_slowdown: int = _field(4, 1, 64, "an fp32 MAC takes this many int8/fp16 MAC slots")
+    int16_mac_slowdown: int = _field(2, 1, 64, "a 16-bit activation x int8 weight MAC takes this many int8 "
+                                     "MAC slots", hashed_if_default=False)
     tensor_issue_cycles: int = _field(32, 0, 100_000, "fixed cycles per tensor instruction (array fill/drain)")
     vector_issue_cycles: int = _field(8, 0, 100_000, "fixed cycles per vector instruction")
     transcendental_cycles: int = _field(4, 1, 1024, "cycles per lane-group for sigmoid/tanh/gelu")
@@ -115,15 +128,15 @@ class HardwareConfig:
     # ---- derived values: the only place they are computed ----
     def peak_macs_per_cycle(self, dtype: DType) -> float:
         """Peak tensor-engine MACs per cycle for an operand type."""
-        if dtype == DType.FP32:
-            return self.mac_rows * self.mac_cols / self.fp32_mac_slowdown
-        if dtype in (DType.INT8, DType.UINT8, DType.FP16):
-            return float(self.mac_rows * self.mac_cols)
-        raise ValueError(f"the tensor engine takes int8, uint8, fp16 or fp32 operands, not {dtype.name}")
+        if dtype in (DType.INT8, DType.UINT8, DType.FP16, DType.FP32, DType.INT16, DType.UINT16):
+            return self.mac_rows * self.mac_cols / self.mac_pass_cycles(dtype)
+        raise ValueError(f"the tensor engine takes int8, uint8, int16, uint16, fp16 or fp32 operands, not {dtype.name}")
 
     def mac_pass_cycles(self, dtype: DType) -> int:
-        """Cycles to stream one row through the array for an operand type."""
-        return self.fp32_mac_slowdown if dtype == DType.FP32 else 1
+        """Cycles to stream one row through the array for an operand type (MAC slots per MAC)."""
+        if dtype == DType.FP32:
+            return self.fp32_mac_slowdown
+        return self.int16_mac_slowdown if dtype in (DType.INT16, DType.UINT16) else 1
 
     def align(self, nbytes: int) -> int:
         """Round a byte count up to the SRAM allocation alignment."""
@@ -136,7 +149,10 @@ class HardwareConfig:
     @property
     def config_hash(self) -> int:
         """A stable 64-bit hash of every field, stamped into programs compiled for this machine."""
-        text = ";".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        # a field added after programs were stamped enters the hash only when it differs from its
+        # default, so programs compiled before it keep their stamp
+        text = ";".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                        if f.metadata.get("hashed_if_default", True) or getattr(self, f.name) != f.default)
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
     def target_string(self) -> str:

@@ -41,6 +41,13 @@ CASES: dict[str, tuple[OpSpec, TileParams]] = {
     # loop pipelined around the reduction's own pipeline (accumulator and result double-buffered)
     "matmul_20x24x40_bias_gelu": (matmul(20, 24, 40, epi=("bias", "gelu")), MatmulTile(tm=16, tn=16, tk=16, stages=3)),
     "maxpool3x3s2_c16_h9": (pool(16, 9, kind="max", k=3, stride=2, pad=1), PoolTile(tc=16, toh=2, tow=4, stages=2)),
+    # a 1x1 / 2 pool reading only the rows it uses (a row-skipping view: DRAM row stride 2 * 8) and, its tiles
+    # whole rows, whole input rows (the window reads the stride's two columns; the instruction one)
+    "maxpool1x1s2_c16_h8_skip_rows": (pool(16, 8, kind="max", k=1, stride=2),
+                                      PoolTile(tc=16, toh=2, tow=4, stages=2, skip_rows=True)),
+    # a downsampling 1x1 / 2 convolution over the same view: two output rows per tile, rows 0 and 2 loaded
+    "conv1x1s2_c16_o16_h8_skip_rows": (conv(16, 16, 8, k=1, stride=2, pad=0),
+                                       ConvTile(toc=16, toh=2, tow=4, tic=16, stages=2, skip_rows=True)),
 }
 
 

@@ -18,6 +18,7 @@ from tvm_npu.tir_schedules.scheduler import schedule_partition
 
 import tvm_npu
 from tvm_npu.compiler import dynamic
+from tvm_npu.compiler.relayout import relayout
 from tvm_npu.config import parse_target
 from tvm_npu.core.ops import spec_key
 from tvm_npu.core.tiles import TileParams, tile_to_json
@@ -52,7 +53,7 @@ def _other_tile(model: object) -> tuple[str, TileParams]:
     (part,) = jit.Program.decode(module_blob(mod)).partitions.values()
     sizes = part.sizes([np.zeros(SHAPE, np.float32)])
     npu = parse_target("npu")
-    func = dynamic.bind_partition(tvm.ir.load_json(part.func_json), sizes)
+    func = relayout(dynamic.bind_partition(tvm.ir.load_json(part.func_json), sizes), npu)  # as compile_partition
     op = schedule_partition(partition_graph(func, part.symbol), npu).ops[0]
     return spec_key(op.spec), next(t for t in tile_search.candidates(op.spec, npu.hw, npu.options) if t != op.tile)
 

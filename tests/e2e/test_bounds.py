@@ -48,10 +48,11 @@ def _check(plan: PartitionPlan) -> list[float]:
     artifact = Artifact.decode(lower_plan(plan, {}, hw))
     result = Simulator(hw).run(decode_program(artifact.program), timing_only=True, trace=True)
     rep = report(Profile(runs=[PartitionRun(plan.symbol, artifact, result.stats, result.trace)]))
-    assert sum(x.cycles for x in rep.layers) == result.stats.total_cycles  # the attribution adds up
+    assert sum(x.share_cycles for x in rep.layers) == result.stats.total_cycles  # the attribution adds up
     for x in rep.layers:
         assert x.cycles > 0, x  # no layer drops out
         assert x.efficiency <= 1.0, (x.description, x.tile, x.cycles, x.bound_cycles)
+        assert x.engine_efficiency <= 1.0, (x.description, x.tile, x.cycles, x.engine_bound_cycles)
     assert result.stats.efficiency <= 1.0, (result.stats.lower_bound_cycles, result.stats.total_cycles)
     return [x.efficiency for x in rep.layers]
 
@@ -134,10 +135,13 @@ def test_no_layer_of_a_benchmark_model_beats_its_bound(target: str) -> None:
         executable, info, _ = build_model(model, target, progress=False)
         _, prof, _ = profile_model(executable, default_inputs(model), trace=True, timing_only=True)
         rep = model_report(prof, info)
-        assert sum(x.cycles for x in rep.layers) == rep.cycles
+        assert sum(x.share_cycles for x in rep.layers) == rep.cycles
         for run in prof.runs:
             assert run.stats.efficiency <= 1.0, (name, run.symbol, run.stats.efficiency)
         for x in rep.layers:
-            assert 0 < x.efficiency <= 1.0, (name, x.name, x.description, x.efficiency)
+            assert 0 < x.efficiency <= x.engine_efficiency <= 1.0, (name, x.name, x.description, x.efficiency,
+                                                                    x.engine_efficiency)
+        for g in rep.groups:
+            assert 0 < g.efficiency <= 1.0, (name, g.label, g.efficiency)
         worst.append((max(x.efficiency for x in rep.layers), name))
     print(target, sorted(worst)[-3:])

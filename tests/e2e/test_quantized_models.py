@@ -430,7 +430,6 @@ def qdq_conv(*, activations: str = "int8", per_axis_output: bool = False, bias_s
 @pytest.mark.parametrize(("variant", "reason"), [
     pytest.param(dict(per_axis_output=True), "the output scale is per-axis (16 values)", id="per_axis_output"),
     pytest.param(dict(bias_scale=2.0), "the bias scale is not input scale x weight scale", id="bias_scale"),
-    pytest.param(dict(activations="int16"), "output type int16 is not 8-bit", id="int16"),
 ])
 def test_unsupported_quantization_warns_and_stays_correct(variant: dict[str, Any], reason: str) -> None:
     """What the integer rewrite cannot express stays float: a warning naming the operator and why, and

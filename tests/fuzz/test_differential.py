@@ -329,13 +329,13 @@ def test_oracle_catches_one_quantization_step(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_oracle_reports_a_quantized_fallback() -> None:
-    """A conv with 16-bit activations and 8-bit weights (A16W8 QDQ, as ``quantize_static`` writes with
-    ``activation_type=QInt16``) has no 8-bit form yet (issue 28): documented fallback to float between
-    dequantize and quantize, and the numbers still meet the rules. (The 8-bit broadcast add this test used
-    to take runs in 8 bits now.)"""
+    """A conv with 16-bit activations whose int8 weights have a zero point that moves them outside int8 has
+    no integer form: documented fallback to float between dequantize and quantize, and the numbers still
+    meet the rules. (The 8-bit broadcast add and then the A16W8 conv this test used to take run as integer
+    operators now: issue 28.)"""
     rng = np.random.default_rng(0)
     inits = [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in [
-        ("s", np.float32(0.001)), ("z", np.int16(0)), ("sw", np.float32(0.01)), ("zw", np.int8(0)),
+        ("s", np.float32(0.001)), ("z", np.int16(0)), ("sw", np.float32(0.01)), ("zw", np.int8(100)),
         ("w", rng.integers(-100, 100, (4, 4, 1, 1)).astype(np.int8))]]
     make = onnx.helper.make_node
     nodes = [make("QuantizeLinear", ["x", "s", "z"], ["xq"]), make("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
@@ -347,7 +347,7 @@ def test_oracle_reports_a_quantized_fallback() -> None:
     model.ir_version = 10
     outcome = run_case(model, "npu")
     assert outcome.status == "fallback", outcome.report()
-    assert any("int16 is not 8-bit" in f for f in outcome.fallbacks)
+    assert any("the weight zero point moves weights outside int8" in f for f in outcome.fallbacks)
 
 
 def test_oracle_judges_fp16_in_ulps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,8 +75,10 @@ def test_per_row_cost_model_tracks_the_simulator() -> None:
 
 
 def test_an_integer_sum_is_exact_in_float32_only_up_to_its_bound() -> None:
-    """``n`` 8-bit terms of up to 255 in magnitude sum exactly in float32 while ``n * 255 <= 2^24``."""
-    n = qreduce._EXACT_TERMS
-    assert n * 255 <= 1 << 24 < (n + 1) * 255
-    worst = np.full(n, 255, np.float32)
-    assert float(np.cumsum(worst, dtype=np.float32)[-1]) == 255.0 * n
+    """``n`` 8-bit (16-bit) terms of up to 255 (65535) in magnitude sum exactly in float32 while
+    ``n * span <= 2^24``."""
+    for bits in (8, 16):
+        n, span = qreduce.exact_terms(bits), (1 << bits) - 1
+        assert n * span <= 1 << 24 < (n + 1) * span
+        worst = np.full(n, span, np.float32)
+        assert float(np.cumsum(worst, dtype=np.float32)[-1]) == float(span) * n

@@ -119,7 +119,7 @@ CASES: dict[str, tuple[Callable[[], isa.Instruction], str, str]] = {
     "scale_int": (lambda: vec(isa.VecScale, dtype=I32, scale=1.0, shift=0.0), "dtype", "float"),
     "scale_inf": (lambda: vec(isa.VecScale, dtype=F32, scale=math.inf, shift=0.0), "scale", "finite"),
     "bias_axis": (lambda: vec(isa.VecBiasAdd, bias_addr=512, axis=3, dtype=F32), "axis", "0, 1 or 2"),
-    "requant_dst_type": (lambda: requant(dst_dtype=I32), "dst_dtype", "INT8 or UINT8"),
+    "requant_dst_type": (lambda: requant(dst_dtype=I32), "dst_dtype", "INT16 or UINT16"),
     "requant_zero_point": (lambda: requant(zero_point=200), "zero_point", "INT8"),
     "requant_uint8_lo": (lambda: requant(lo=-1, hi=255, dst_dtype=DType.UINT8), "lo", "UINT8"),
     "requant_reversed": (lambda: requant(lo=5, hi=4), "lo", "greater"),

@@ -93,6 +93,7 @@ from tvm_npu.compiler.dynamic import (
 )
 from tvm_npu.compiler.onnx_import import IMPORT_REWRITES
 from tvm_npu.compiler.relax_ext import attach  # (also registers relax.ext.npu)
+from tvm_npu.compiler.relayout import fold_layout_passes, partition_passes
 from tvm_npu.compiler.shapes import Shapes, bind_relax_shapes
 from tvm_npu.config import DepthwiseEngine, NpuTarget, parse_target
 from tvm_npu.core.ops import spec_key
@@ -104,16 +105,12 @@ from tvm_npu.relay_patterns import (
     precision_passes,
     semantic_passes,
 )
-from tvm_npu.relay_patterns.canonicalize import fold_constants
 from tvm_npu.relay_patterns.conv_transpose import transposed_conv_macs
-from tvm_npu.relay_patterns.fusion import fuse_ops_by_pattern
 from tvm_npu.relay_patterns.graph import partition_graph
 from tvm_npu.relay_patterns.layout import (
     choose_layouts,
     count_transforms,
-    fold_layout_transforms,
     is_layout_transform,
-    unfold_host_layouts,
 )
 from tvm_npu.relay_patterns.symbolic import probing
 from tvm_npu.tir_schedules.scheduler import schedule_partition
@@ -312,12 +309,8 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
         Stage("canonicalize", _seq(canonicalize_passes())),
         Stage("precision", _seq(precision_passes(target.options.precision))),
         Stage("layout", lambda mod: choose_layouts(mod, target)),
-        Stage("fold-layout", _seq([fold_layout_transforms, fold_constants])),
-        Stage("partition", _seq([
-            fuse_ops_by_pattern(target),  # the pattern table, and the row programs found in the module
-            relax.transform.MergeCompositeFunctions(),
-            unfold_host_layouts,
-        ])),
+        Stage("fold-layout", _seq(fold_layout_passes())),
+        Stage("partition", _seq(partition_passes(target))),  # (also a JIT partition's, after its layout vote)
         Stage("schedule", _seq([schedule_pass(target, tiles, dump_dir, plans, choices, chosen)])),
         Stage("codegen", codegen),
     ]

@@ -4,10 +4,12 @@
 ``[N, 3, H, W]``), or with ``shapes=`` listing several shapes (``{'x': [(1, 3, 48, 320), (1, 3, 48, 640)]}``)
 or a profile (``{'x': {'min': ..., 'opt': ..., 'max': ...}}``), keeps the symbolic dimensions:
 
-* the model is imported with them (anonymous ones, ``?`` or ``-1``, get a name each) and goes through
+* the model is imported with them (anonymous ones, ``?`` or ``-1``, get a name each; sizes that must agree
+  but that TVM cannot prove equal related, :mod:`tvm_npu.compiler.shape_relations`) and goes through
   the front-end stages as it is; the pattern checks judge each match at a probe size (the first listed
   shape, a profile's ``opt``, else a batch of 1 and :data:`~tvm_npu.compiler.shapes.EXAMPLE_DIM`;
-  :mod:`tvm_npu.relay_patterns.symbolic`), so layout planning, which needs sizes, keeps the model's layout;
+  :mod:`tvm_npu.relay_patterns.symbolic`); layout planning, which needs sizes, keeps the model's layout
+  here and votes per shape when a partition is compiled (:mod:`tvm_npu.compiler.relayout`);
 * each NPU partition stays a Relax function, stored (``tvm.ir.save_json``) in a JIT program
   (:mod:`tvm_npu.runtime.jit`) that the host calls like a compiled partition (``R.call_dps_packed``, the
   output shape computed by Relax), and the host part is built shape-generic by ``relax.build``;
@@ -16,7 +18,7 @@ or a profile (``{'x': {'min': ..., 'opt': ..., 'max': ...}}``), keeps the symbol
   every call.
 
 :func:`compile_partition` is the compile step of one partition for concrete sizes (the existing plan and
-codegen stages: ``partition_graph`` -> ``schedule_partition`` -> ``lower_plan``); importing this module
+codegen stages: ``relayout`` -> ``partition_graph`` -> ``schedule_partition`` -> ``lower_plan``); importing this module
 installs it in the runtime (:func:`tvm_npu.runtime.jit.set_compiler`). Padding an input up to a compiled
 shape is not done: no operator is assumed to allow it.
 """
@@ -39,6 +41,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from tvm_npu.codegen.partition import lower_plan
+from tvm_npu.compiler.relayout import relayout
 from tvm_npu.compiler.shapes import EXAMPLE_DIM, check_shapes, resolve_shapes
 from tvm_npu.config import NpuTarget, parse_target
 from tvm_npu.core.plan import PlanChoice
@@ -140,15 +143,14 @@ def load_symbolic(model: object) -> tvm.IRModule:
         return model
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"model must be a tvm.IRModule, an onnx.ModelProto or a path, not {type(model).__name__}")
-    from tvm.relax.frontend.onnx import from_onnx
-
     from tvm_npu.compiler.onnx_import import check_operators, frontend_error, prepare
     from tvm_npu.compiler.qoperator import to_qdq
+    from tvm_npu.compiler.shape_relations import import_related
 
     model = prepare(to_qdq(named_onnx(model)))
     check_operators(model)
     try:
-        return from_onnx(model, keep_params_in_input=False)
+        return import_related(model)  # sizes TVM cannot prove equal are checked at run time
     except NotImplementedError as e:
         raise frontend_error(e) from None
 
@@ -224,6 +226,10 @@ class _DropShapeParams(PyExprMutator):
     (``R.Shape([W])``) carry nothing: dropped from every function and call, so the partition graph sees tensors."""
 
     def visit_function_(self, op: relax.Function) -> relax.Expr:
+        shapes = {p: relax.ShapeExpr(p.ty.values) for p in op.params if isinstance(p.ty, relax.ShapeType)
+                  and p.ty.values is not None and all(isinstance(d, tvm.tirx.IntImm) for d in p.ty.values)}
+        if shapes:  # its value in the body (a broadcast_to's result has that shape, not the parameter's)
+            op = op.bind_params(shapes)
         func = super().visit_function_(op)
         keep = [p for p in func.params if not isinstance(p.ty, relax.ShapeType)]
         if len(keep) == len(func.params):
@@ -250,8 +256,15 @@ def bind_partition(func: relax.Function, values: Mapping[str, int]) -> relax.Fun
     missing = sorted({v.name for v in variables} - set(values))
     if missing:
         raise ValueError(f"{func.attrs.get('global_symbol', '?')}: no size for symbolic dimension(s) {missing}")
-    bound = func.bind_symbolic_vars({v: int(values[v.name]) for v in variables})
-    return _DropShapeParams().visit_expr(bound)
+    try:
+        return _DropShapeParams().visit_expr(func.bind_symbolic_vars({v: int(values[v.name]) for v in variables}))
+    except ValueError as e:  # sizes that must agree (shape_relations) do not at these values
+        if "Reshape expects" not in str(e):
+            raise
+        sizes = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        raise ValueError(f"input sizes {sizes}: two tensors the model combines (an elementwise operator or a concat) "
+                         f"do not agree in size there ({str(e).strip().splitlines()[0][:160]}); accepted: sizes at "
+                         f"which they agree, as onnxruntime requires") from None
 
 
 def compile_partition(func_json: str, values: Mapping[str, int], target: str, symbol: str,
@@ -265,7 +278,7 @@ def compile_partition(func_json: str, values: Mapping[str, int], target: str, sy
     probe size), the partition runs on the host instead, as a static build would run that operator: built for
     llvm at these sizes, with a :class:`~tvm_npu.relay_patterns.HostFallbackWarning`."""
     npu = parse_target(target)
-    func = bind_partition(_function(func_json), values)
+    func = relayout(bind_partition(_function(func_json), values), npu)  # the static build's layout vote
     graph = partition_graph(func, symbol)
     tiles = {k: tile_from_json(t) for k, t in (tuning or {}).get("tiles", {}).items()}
     choices = (tuning or {}).get("plans", {})

@@ -4,7 +4,7 @@ external codegen ``relax.ext.npu`` that ``relax.transform.RunCodegen`` calls wit
 The schedule stage hands the codegen everything it lowers as attributes of the ``Codegen="npu"``
 function: its plan (``npu.plan``, the typed :class:`~tvm_npu.core.plan.PartitionPlan` as JSON, the only
 form an IR attribute can hold) and its constants in the plan's layouts (``npu.constants``, name ->
-tensor). The codegen lowers those (:func:`tvm_npu.codegen.partition.lower_plan`) and never looks at the
+tensor). The codegen lowers those (:func:`tvm_npu.codegen.partition.lower_plan_parts`) and never looks at the
 function's body again, so the graph is extracted once, by the front end, and ``codegen/`` imports no
 front-end module.
 """
@@ -20,10 +20,10 @@ import tvm_ffi
 from tvm import relax
 
 from tvm_npu.codegen.operator import precompile
-from tvm_npu.codegen.partition import compile_tasks, lower_plan
+from tvm_npu.codegen.partition import compile_tasks, lower_plan_parts
 from tvm_npu.config import parse_target
 from tvm_npu.core.plan import CONSTANTS_ATTR, PLAN_ATTR, PartitionPlan
-from tvm_npu.runtime.npu_module import create_module
+from tvm_npu.runtime.npu_module import create_module_from_parts
 
 
 def attach(func: relax.Function, plan: PartitionPlan, constants: Mapping[str, np.ndarray]) -> relax.Function:
@@ -87,9 +87,9 @@ def npu_codegen(functions, options, constant_names) -> list[tvm.runtime.Module]:
         precompile(op for plan, _ in planned for op in compile_tasks(plan))
     modules = []
     for func, (plan, constants) in zip(functions, planned, strict=True):
-        blob = lower_plan(plan, constants, target.hw, dump)
-        modules.append(create_module(blob, [str(func.attrs["global_symbol"])]))
-        del blob  # the module holds the program (a model's weights) now
+        parts = lower_plan_parts(plan, constants, target.hw, dump)  # the weights: the constants' own arrays
+        modules.append(create_module_from_parts(parts, [str(func.attrs["global_symbol"])]))
+        del parts  # the module holds the program and the constants' arrays now
     return modules
 
 

@@ -14,8 +14,10 @@ import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from tvm_npu.simulator import isa
-from tvm_npu.simulator.encoding import encode_program
+from tvm_npu.simulator.encoding import encode_program_parts, join_parts, part_bytes
 
 MAGIC = b"NPUA"
 VERSION = 1
@@ -94,14 +96,25 @@ class Artifact:
              program: isa.Program, groups: list[GroupInfo] | None = None) -> bytearray:
         """The encoded artifact of a program, written in one buffer: the program (with a
         model's weights) is serialised straight behind the metadata, never copied whole."""
+        return join_parts(Artifact.pack_parts(symbol, target, inputs, outputs, layers, program, groups))
+
+    @staticmethod
+    def pack_parts(symbol: str, target: str, inputs: list[str], outputs: list[str], layers: list[LayerInfo],
+                   program: isa.Program, groups: list[GroupInfo] | None = None
+                   ) -> list[bytearray | np.ndarray | bytes]:
+        """:meth:`pack`'s bytes as consecutive parts (``encode_program_parts``): the constants' arrays are
+        parts as they are, so a runtime module made of the parts holds a model's weights once."""
         meta = _meta(symbol, target, inputs, outputs, layers, groups or [])
         head = _HEAD.size + len(meta)
-        blob = encode_program(program, reserve=head)
-        blob[_HEAD.size:head] = meta
-        with memoryview(blob) as view:
+        parts = encode_program_parts(program, reserve=head)
+        first = parts[0]
+        first[_HEAD.size:head] = meta
+        with memoryview(first) as view:
             crc = zlib.crc32(view[_HEAD.size:])
-        _HEAD.pack_into(blob, 0, MAGIC, VERSION, 0, len(meta), crc)
-        return blob
+        for part in parts[1:]:
+            crc = zlib.crc32(part_bytes(part), crc)
+        _HEAD.pack_into(first, 0, MAGIC, VERSION, 0, len(meta), crc)
+        return parts
 
     @classmethod
     def decode(cls, blob: bytes | bytearray) -> Artifact:

@@ -202,7 +202,8 @@ def step_cycles(hw: HardwareConfig, step: Epilogue, nelems: int) -> int:
 
 #: Casts other than between float types (:data:`RULES`' CAST row): a dequantization's first step, and the
 #: rounding of a float32 value to int32 before a requantisation by 1 (a quantize whose scale was folded).
-_CASTS = frozenset({(DType.INT8, DType.FP32), (DType.UINT8, DType.FP32), (DType.FP32, DType.INT32)})
+_CASTS = frozenset({(DType.INT8, DType.FP32), (DType.UINT8, DType.FP32), (DType.INT16, DType.FP32),
+                    (DType.UINT16, DType.FP32), (DType.FP32, DType.INT32)})
 
 
 def check_dtype(step: Epilogue, out: DType) -> None:
@@ -210,18 +211,19 @@ def check_dtype(step: Epilogue, out: DType) -> None:
     if RULES[step.kind].float_only and not out.is_float:
         raise ValueError(f"{step.kind.value} on an integer ({out.np.name}) result is not supported")
     if step.kind == EpiKind.REQUANT:
-        if out != DType.INT32 or step.dtype is None or not step.dtype.is_quantized:
-            raise ValueError(f"requantisation takes an int32 accumulator to int8/uint8, not {out.np.name} to "
+        if out not in (DType.INT32, DType.INT64) or step.dtype is None or not step.dtype.is_quantized:
+            raise ValueError(f"requantisation takes an int32 / int64 accumulator to an 8- or 16-bit type, not "
+                             f"{out.np.name} to "
                              f"{step.dtype.np.name if step.dtype is not None else '?'}")
         if step.operand is None or step.operand.dtype != DType.FP32:
             raise ValueError("requantisation multipliers must be float32")
     elif step.kind in (EpiKind.QADD, EpiKind.QADD_R, EpiKind.QMUL):
-        if not out.is_quantized or step.operand is None or step.operand.dtype != out or step.dtype is None:
+        if not out.is_8bit or step.operand is None or step.operand.dtype != out or step.dtype is None:
             raise ValueError(f"a rescaled {'product' if step.kind == EpiKind.QMUL else 'sum'} takes two tensors of one "
                              f"8-bit type, not {out.np.name}")
     elif step.kind == EpiKind.LUT:
         table = step.operand
-        if (not out.is_quantized or step.dtype is None or not step.dtype.is_quantized or table is None
+        if (not out.is_8bit or step.dtype is None or not step.dtype.is_8bit or table is None
                 or table.dtype != step.dtype or table.shape != (isa.VecLut.ENTRIES,)
                 or step.broadcast != Broadcast.TABLE):
             raise ValueError(f"a table lookup takes an 8-bit value through {isa.VecLut.ENTRIES} entries of an 8-bit "
@@ -230,7 +232,7 @@ def check_dtype(step: Epilogue, out: DType) -> None:
         if (out, step.dtype) not in _CASTS and not (out.is_float and step.dtype is not None and step.dtype.is_float):
             to = step.dtype.np.name if step.dtype is not None else "?"
             raise ValueError(f"a cast from {out.np.name} to {to} is not supported; accepted: between float32 and "
-                             "float16, int8/uint8 to float32, float32 to int32")
+                             "float16, int8/uint8/int16/uint16 to float32, float32 to int32")
     elif step.operand is not None and step.operand.dtype != out:
         raise ValueError(f"epilogue {step.kind.value} operand is {step.operand.dtype.np.name}, value is {out.np.name}")
 

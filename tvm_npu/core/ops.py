@@ -39,7 +39,7 @@ class EpiKind(enum.Enum):
     # x * scale + shift evaluated in float64, rounded once: floats = (scale, shift). A quantize's exact
     # quotient y / s as y * float64(1 / s) (relay_patterns.qdivide)
     SCALE = "scale"
-    REQUANT = "requant"  # int32 -> int8/uint8 with per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
+    REQUANT = "requant"  # int32 / int64 -> 8 or 16 bits, per-channel fp32 multipliers (operand), ints = (zp, lo, hi)
     CAST = "cast"  # float type conversion (fp32 accumulator -> fp16), to ``dtype``
     QADD = "qadd"  # + an 8-bit tensor with its own scale, requantised: floats (scale_a, scale_b, offset), ints (lo, hi)
     # QADD with the roles of the two tensors exchanged: the operand is the offset's term (scale_a), the value

@@ -45,7 +45,11 @@ class ConvTile:
     """Output channels, output rows, output columns and input channels per tile.
 
     For grouped convolutions ``tg`` groups form one tile (then ``toc``/``tic`` are per group);
-    ``engine`` says which engine computes the tile (the vector engine only for depthwise).
+    ``engine`` says which engine computes the tile (the vector engine only for depthwise);
+    ``skip_rows``: a one-row window with a row stride reads only the rows it uses
+    (``tir_schedules/strided.py``); ``stream_groups``: a grouped tensor-engine tile keeps the whole
+    layer's weights in SRAM and pipelines its group, output-channel and spatial tiles as one loop (as
+    vector tiles always do), so one group's weights need not be loaded between two groups' tiles.
     """
 
     toc: int
@@ -56,14 +60,19 @@ class ConvTile:
     stages: int = 2
     tg: int = 1
     engine: ConvEngine = ConvEngine.TENSOR
+    skip_rows: bool = False
+    stream_groups: bool = False
 
 
 @dataclass(frozen=True)
 class PoolTile:
+    """Channels, output rows and output columns per tile; ``skip_rows`` as for :class:`ConvTile`."""
+
     tc: int
     toh: int
     tow: int
     stages: int = 2
+    skip_rows: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,22 +2,27 @@
 
 For every layer of every partition run: operator, shapes, layouts, tile parameters,
 MACs, DRAM bytes (inputs, weights, outputs; moved by DMA; wasted on partial bursts),
-SRAM peak, simulated cycles, the datasheet bound and the efficiency against it, which
-resource binds, and the layout transforms the host ran. Cycles per layer come from
-the simulator's timeline (see :func:`attribute` for the rule), so a run must be
-profiled with ``trace=True``.
+SRAM peak, simulated cycles, the datasheet bound and the efficiency against it, the
+bound on the engines that run it and the efficiency against that, which resource binds,
+and the layout transforms the host ran. Cycles per layer come from the simulator's
+timeline, so a run must be profiled with ``trace=True``: a layer's cycles are those in
+which its instructions work (:mod:`tvm_npu.report.occupancy`), so its bytes and MACs
+always fit them; neighbours that work at the same time both count the shared cycles,
+which the report shows (overlap, span). Each layer's share of the run (:func:`attribute`)
+adds up to the run's cycles.
 
 A layer's bound is ``max(MACs / peak(dtype), compulsory bytes / bandwidth)``, its
 compulsory bytes what it must read and write at least once: each distinct tensor once,
 only the elements it needs (a strided 1x1 convolution reads a quarter of its input),
-nothing for a tensor kept on chip. The model line adds the model-level bound
+nothing for a tensor kept on chip. Its engine bound holds it to the engines that run
+it as well (a depthwise convolution or a pool on the vector engine to the vector lanes:
+:func:`tvm_npu.report.occupancy.engine_bound`). The model line adds the model-level bound
 ``max(total MACs / peak, (model inputs + weights + model outputs) / bandwidth)``.
 
 Layer groups (``-fusion=3``) get a row each: members, slicing, SRAM peak, DRAM bytes
-saved against ``-fusion=1``, cycles, the sum of the members' bounds, the efficiency and
-the planner's prediction. A group's cycles are the sum of its members' (the members'
-slices interleave; each member is charged the cycles its own instructions work), so
-members add up to their group and all layers to the run.
+saved against ``-fusion=1``, cycles (those in which any member works), the datasheet's
+bound for a fused group (only what enters or leaves it crosses DRAM), the efficiency and
+the planner's prediction.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from tvm_npu.config import DType, HardwareConfig, parse_target
 from tvm_npu.core.artifact import Artifact, LayerInfo
+from tvm_npu.report.occupancy import EngineBound, engine_bound, occupancy
 from tvm_npu.report.text import columns, kib
 from tvm_npu.runtime.execute import PartitionRun, Profile
 from tvm_npu.simulator import decode_program, isa
@@ -63,6 +69,16 @@ class LayerReport:
     fused: tuple[str, ...]
     group: str = ""  # the layer group it runs in (a :class:`GroupReport`'s label), "" for none
     label: str = ""  # unique in the model: "p0/conv2d_0" (see :func:`partition_labels`)
+    # when it ran (see tvm_npu.report.occupancy): ``cycles`` are those in which its instructions work, of
+    # them ``overlap_cycles`` shared with other layers; its span runs from ``start`` to ``end``
+    start: int = 0
+    end: int = 0
+    overlap_cycles: int = 0
+    share_cycles: int = 0  # its share of the run when every cycle is split among the layers then working
+    # the bound on the engines that run it (tvm_npu.report.occupancy.engine_bound) and the efficiency against it
+    engine_bound_cycles: float = 0.0
+    engine_efficiency: float = 0.0
+    engine_bound_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,11 +94,12 @@ class GroupReport:
     sram_peak_bytes: int  # the intermediates' regions plus the largest step's buffers
     saved_bytes: int  # DRAM bytes -fusion=1 would move for the intermediates
     dram_bytes: int  # moved by the members' DMA descriptors
-    cycles: int  # the sum of the members' cycles (see :func:`attribute`)
-    bound_cycles: float  # the sum of the members' bounds
+    cycles: int  # the cycles in which any member works
+    bound_cycles: float  # max(the members' MACs / peak, their compulsory DRAM bytes / bandwidth)
     efficiency: float  # bound_cycles / cycles
     predicted_cycles: float  # the planner's estimate for the whole group
     prediction_error: float  # (predicted - simulated) / simulated
+    share_cycles: int = 0  # the members' shares of the run (LayerReport.share_cycles) summed
 
 
 @dataclass(frozen=True)
@@ -172,7 +189,7 @@ class ModelReport:
         """The report as fixed-width text: the shape it describes (when known), the layers, the layer groups
         (if any), the model line."""
         head = ("layer", "group", "op", "dtype", "tile", "MACs", "DRAM KiB", "waste KiB", "SRAM KiB", "cycles",
-                "bound", "eff", "bound by")
+                "span", "overlap", "bound", "eff", "bound by", "engine bound", "eng eff", "engine")
         rows = []
         for x in self.layers:
             tile = " ".join(f"{k}={v}" for k, v in x.tile.items() if k not in ("kind", "stages"))
@@ -180,8 +197,15 @@ class ModelReport:
             rows.append((x.label or x.name, x.group or "-", x.description, x.dtype, tile[:40], f"{x.macs / 1e6:.1f}M",
                          f"{(x.dram_bytes + x.wasted_bytes) / 1024:.0f}",
                          f"{x.wasted_bytes / 1024:.0f}", f"{x.sram_peak_bytes / 1024:.0f}", str(x.cycles),
-                         f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}", x.bound_by))
-        lines = ([f"per-layer report at {self.shape}"] if self.shape else []) + columns(head, rows)
+                         f"{x.start}-{x.end}", str(x.overlap_cycles), f"{x.bound_cycles:.0f}", f"{x.efficiency:.2f}",
+                         x.bound_by, f"{x.engine_bound_cycles:.0f}", f"{x.engine_efficiency:.2f}",
+                         x.engine_bound_by))
+        lines = ([f"per-layer report at {self.shape}"] if self.shape else []) + columns(head, rows) + [
+            "cycles: those in which the layer's instructions work on some engine, of them 'overlap' shared with "
+            "other layers (counted by each); span: its first instruction's start to its last one's end.",
+            "bound: the datasheet's (MACs at the tensor peak, compulsory DRAM bytes); engine bound: on the engines "
+            "that run the layer (vector work at the vector lanes, MACs at the tensor peak only on the tensor "
+            "engine)."]
         if self.groups:
             head = ("group", "layers", "slices x rows", "SRAM KiB", "saved KiB", "DRAM KiB", "cycles", "bound",
                     "eff", "predicted", "error")
@@ -190,12 +214,10 @@ class ModelReport:
                      f"{g.bound_cycles:.0f}", f"{g.efficiency:.2f}", f"{g.predicted_cycles:.0f}",
                      f"{g.prediction_error:+.1%}") for g in self.groups]
             lines += ["", *columns(head, rows),
-                      "a group's cycles are its layers' cycles summed: a cycle in which several layers work is split "
-                      "among them, and as the members' slices interleave,",
-                      "each is charged the cycles its own instructions work. saved: the DRAM bytes -fusion=1 moves for "
-                      "the group's intermediates. bound: the members'",
-                      "bounds summed (an intermediate on chip costs no DRAM bytes, a recomputed halo row no MACs). "
-                      "error: (predicted - cycles) / cycles."]
+                      "a group's cycles: those in which any member works. saved: the DRAM bytes -fusion=1 moves for "
+                      "the group's intermediates. bound: max(the members' MACs / peak,",
+                      "their compulsory bytes / bandwidth): an intermediate on chip costs no DRAM bytes, a recomputed "
+                      "halo row no MACs. error: (predicted - cycles) / cycles."]
         lines.append("")
         lines.append(f"model: {self.cycles} cycles, sum of layer bounds {self.bound_cycles:.0f} (efficiency "
                      f"{self.efficiency:.3f}), model-level bound {self.model_bound_cycles:.0f} "
@@ -303,26 +325,23 @@ def partition_labels(runs: Sequence[PartitionRun]) -> list[str]:
     return labels
 
 
-def _layers_of(run: PartitionRun, first_group: int, label: str = "") -> Iterable[LayerReport]:
-    """Per-layer figures of one partition run (cycles by :func:`attribute`); its layer groups are
-    labelled from ``g{first_group}`` on, its layers ``{label}/{name}``.
-
-    The binding resource is the busiest of the tensor engine, the vector engine and
-    the DRAM channel (cycles spent moving the layer's bytes); an engine blocked on a
-    semaphore is waiting, not busy.
-    """
+def _work_of(run: PartitionRun) -> list[tuple[LayerInfo, dict[str, int], int, int, list[tuple[int, int]],
+                                                 EngineBound]]:
+    """Per layer of one partition run: (layer, busy cycles per timeline track, useful and wasted DRAM bytes,
+    the intervals in which its instructions work, its engine bound). Waiting on or signalling a semaphore
+    is not work; the DRAM channel's time lies inside its DMA instruction's."""
     hw = parse_target(run.artifact.target).hw
     program = decode_program(run.artifact.program)
     events: dict[int, list] = {}
     for ev in run.trace:
         events.setdefault(ev.index, []).append(ev)
-    spans: list[list[tuple[int, int]]] = []
-    figures = []
+    out = []
     for layer in run.artifact.layers:
         busy = {"tensor": 0, "vector": 0, "DMA_LOAD": 0, "DMA_STORE": 0, "DRAM": 0}  # per timeline track
         moved = wasted = 0
         working = []
-        for i in (i for a, b in layer.ranges() for i in range(a, b)):
+        index = [i for a, b in layer.ranges() for i in range(a, b)]
+        for i in index:
             ins = program.instructions[i]
             if isinstance(ins, isa.Wait | isa.Signal):  # synchronisation, not work
                 continue
@@ -335,13 +354,32 @@ def _layers_of(run: PartitionRun, first_group: int, label: str = "") -> Iterable
                 cost = dma_cost(hw, ins)
                 moved += cost.useful_bytes
                 wasted += cost.wasted_bytes
-        spans.append(working)
-        figures.append((layer, busy, moved, wasted))
-    bounds = [layer_bound(hw, layer)[0] for layer in run.artifact.layers]
-    charged = attribute(spans, run.stats.total_cycles, bounds)
-    for (layer, busy, moved, wasted), cycles, bound in zip(figures, charged, bounds, strict=True):
+        out.append((layer, busy, moved, wasted, working,
+                    engine_bound(hw, layer, (program.instructions[i] for i in index))))
+    return out
+
+
+def _layers_of(run: PartitionRun, first_group: int, label: str = "") -> tuple[list[LayerReport],
+                                                                               list[list[tuple[int, int]]]]:
+    """Per-layer figures of one partition run, and each layer's working intervals; its layer groups are
+    labelled from ``g{first_group}`` on, its layers ``{label}/{name}``.
+
+    A layer's cycles are those in which its instructions work (:func:`tvm_npu.report.occupancy.occupancy`);
+    its share of the run's cycles is :func:`attribute`'s. The binding resource is the busiest of the tensor
+    engine, the vector engine and the DRAM channel (cycles spent moving the layer's bytes); an engine
+    blocked on a semaphore is waiting, not busy.
+    """
+    hw = parse_target(run.artifact.target).hw
+    work = _work_of(run)
+    spans = [w[4] for w in work]
+    bounds = [layer_bound(hw, w[0])[0] for w in work]
+    shares = attribute(spans, run.stats.total_cycles, bounds)
+    layers = []
+    for (layer, busy, moved, wasted, _, eng), occ, share, bound in zip(work, occupancy(spans), shares, bounds,
+                                                                        strict=True):
         load = {"tensor": busy["tensor"], "vector": busy["vector"], "dma": busy["DRAM"]}
-        yield LayerReport(
+        cycles = occ.cycles
+        layers.append(LayerReport(
             partition=run.symbol, name=layer.name, op=layer.op, dtype=layer.dtype, description=layer.description,
             layout_in=layer.layout_in, layout_out=layer.layout_out, tile=layer.tile, macs=layer.macs,
             input_bytes=layer.input_bytes, weight_bytes=layer.weight_bytes, output_bytes=layer.output_bytes,
@@ -349,22 +387,36 @@ def _layers_of(run: PartitionRun, first_group: int, label: str = "") -> Iterable
             bound_cycles=bound, efficiency=bound / cycles if cycles else 0.0,
             bound_by=max(load, key=load.get), predicted_cycles=layer.predicted_cycles, fused=tuple(layer.fused),
             group=f"g{first_group + layer.group}" if layer.group >= 0 else "", label=f"{label}/{layer.name}",
-        )
+            start=occ.start, end=occ.end, overlap_cycles=occ.overlap, share_cycles=share,
+            engine_bound_cycles=eng.cycles, engine_efficiency=eng.cycles / cycles if cycles else 0.0,
+            engine_bound_by=eng.bound_by,
+        ))
+    return layers, spans
 
 
-def _groups_of(run: PartitionRun, layers: Sequence[LayerReport], first_group: int) -> Iterable[GroupReport]:
-    """The layer groups of one partition run, from its layers' figures (``layers``: :func:`_layers_of`)."""
+def _groups_of(run: PartitionRun, layers: Sequence[LayerReport], spans: Sequence[Sequence[tuple[int, int]]],
+               first_group: int) -> Iterable[GroupReport]:
+    """The layer groups of one partition run, from its layers' figures and working intervals (``layers``,
+    ``spans``: :func:`_layers_of`'s).
+
+    A group's cycles are those in which any member works; its bound the datasheet's for a fused group,
+    ``max(the members' MACs / peak, the bytes entering or leaving the group / bandwidth)`` (an
+    intermediate kept on chip is no member's compulsory bytes)."""
+    hw = parse_target(run.artifact.target).hw
     for n, g in enumerate(run.artifact.groups):
         label = f"g{first_group + n}"
-        members = [x for x in layers if x.group == label]
-        cycles = sum(x.cycles for x in members)
-        bound = sum(x.bound_cycles for x in members)
+        index = [k for k, x in enumerate(layers) if x.group == label]
+        members = [layers[k] for k in index]
+        (occ,) = occupancy([[iv for k in index for iv in spans[k]]])
+        parts = [layer_bound(hw, run.artifact.layers[k]) for k in index]
+        bound = max(sum(p[1] for p in parts), sum(p[2] for p in parts))
         yield GroupReport(
             partition=run.symbol, label=label, members=tuple(x.name for x in members), rows=g.rows,
             slices=g.slices, sram_peak_bytes=g.sram_bytes, saved_bytes=g.saved_bytes,
-            dram_bytes=sum(x.dram_bytes for x in members), cycles=cycles, bound_cycles=bound,
-            efficiency=bound / cycles if cycles else 0.0, predicted_cycles=g.predicted_cycles,
-            prediction_error=(g.predicted_cycles - cycles) / cycles if cycles else 0.0,
+            dram_bytes=sum(x.dram_bytes for x in members), cycles=occ.cycles, bound_cycles=bound,
+            efficiency=bound / occ.cycles if occ.cycles else 0.0, predicted_cycles=g.predicted_cycles,
+            prediction_error=(g.predicted_cycles - occ.cycles) / occ.cycles if occ.cycles else 0.0,
+            share_cycles=sum(x.share_cycles for x in members),
         )
 
 
@@ -416,8 +468,8 @@ def report(profile: Profile, host_macs: int = 0, layout_transforms: int = 0, io_
     layers: list[LayerReport] = []
     groups: list[GroupReport] = []
     for run, label in zip(profile.runs, partition_labels(profile.runs), strict=True):
-        mine = list(_layers_of(run, len(groups), label))
-        groups += _groups_of(run, mine, len(groups))
+        mine, spans = _layers_of(run, len(groups), label)
+        groups += _groups_of(run, mine, spans, len(groups))
         layers += mine
     distinct = {run.symbol: program_memory(run.artifact) for run in profile.runs}
     return ModelReport(

@@ -21,8 +21,12 @@ def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str)
     wasted burst bytes), y achieved MACs per cycle, under the tensor engine's peak for each
     operand type present and the DRAM slope ``dram_bytes_per_cycle * x``. Right, the layers
     without MACs (pooling, elementwise, softmax: no point on those axes), which the channel
-    bounds: achieved DRAM bytes per cycle against the bandwidth. Every point is labelled with
-    its layer (``p0/conv2d_0``); the y axes span the points and the roof, not decades below.
+    bounds: achieved DRAM bytes per cycle against the bandwidth. A black tick marks where a layer
+    would be at its engine bound (:func:`tvm_npu.report.occupancy.engine_bound`), for the layers the
+    engine that runs them holds below the roof (a depthwise convolution on the vector engine) or
+    below the channel's rate (a pool whose windows cost the vector engine more than its bytes).
+    Every point is labelled with its layer (``p0/conv2d_0``); the y axes span the points and the
+    roof, not decades below.
     """
     if not prof.runs:
         raise ValueError("nothing ran on the NPU, so there is no roofline to plot")
@@ -40,6 +44,11 @@ def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str)
         points.setdefault(x.op, []).append((x.macs / moved, x.macs / x.cycles, x.label or x.name))
     for op, xy in sorted(points.items()):
         ax.scatter([p[0] for p in xy], [p[1] for p in xy], label=f"{op} ({len(xy)})", alpha=0.75, s=24)
+    limited = [x for x in mac_layers if x.engine_bound_cycles > 1.01 * x.bound_cycles]
+    if limited:  # where the engine that runs a layer caps it below the roof: the most it can reach there
+        ax.scatter([x.macs / (x.dram_bytes + x.wasted_bytes) for x in limited],
+                   [x.macs / x.engine_bound_cycles for x in limited], marker="_", s=120, color="k",
+                   label=f"engine bound ({len(limited)})")
     _label_points(ax, [p for xy in points.values() for p in xy])
     xs = [p[0] for xy in points.values() for p in xy] or [1.0]
     peaks = {d: hw.peak_macs_per_cycle(DType.from_str(d)) for d in dtypes
@@ -62,6 +71,10 @@ def plot_roofline(prof: Profile, rep: ModelReport, path: str | Path, title: str)
     if side is not None:
         rates = [((x.dram_bytes + x.wasted_bytes) / x.cycles, x.label or x.name) for x in other]
         side.barh(range(len(rates)), [r for r, _ in rates], color="tab:gray", alpha=0.8)
+        capped = [(i, x) for i, x in enumerate(other) if x.engine_bound_by != "dma"]
+        if capped:  # layers their engine holds below the channel's rate: the rate at their engine bound
+            side.scatter([(x.dram_bytes + x.wasted_bytes) / x.engine_bound_cycles for _, x in capped],
+                         [i for i, _ in capped], marker="|", s=80, color="k", label="at the engine bound")
         side.set_yticks(range(len(rates)), [n for _, n in rates], fontsize=7)
         side.invert_yaxis()
         side.axvline(hw.dram_bytes_per_cycle, color="k", ls="--", lw=1, label=f"DRAM {hw.dram_bytes_per_cycle} B/cycle")

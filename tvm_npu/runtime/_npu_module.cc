@@ -26,7 +26,10 @@
 #include <tvm/ffi/function.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -61,8 +64,10 @@ constexpr const char* kInvokeName = "tvm_npu.runtime.invoke";
 constexpr const char* kGetBlobName = "__npu_get_blob";
 constexpr const char* kGetSymbolsName = "__npu_get_symbols";
 
-uint64_t Fnv1a64(const char* data, size_t size) {
-  uint64_t hash = 1469598103934665603ULL;
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+
+// FNV-1a 64 of `data`, continuing from `hash` (so a payload in pieces hashes as one range).
+uint64_t Fnv1a64(const char* data, size_t size, uint64_t hash = kFnvOffset) {
   for (size_t i = 0; i < size; ++i) {
     hash ^= static_cast<unsigned char>(data[i]);
     hash *= 1099511628211ULL;
@@ -150,18 +155,31 @@ Function RequirePythonGlobal(const char* name) {
 
 class NpuModuleObj final : public ModuleObj {
  public:
+  // One consecutive piece of the program: (first byte, length).
+  using Part = std::pair<const char*, size_t>;
+
   // The program bytes live in `bytes` or, when `view` is set, in the Python buffer it views
-  // (kept alive by its DLPack deleter); `data_`/`size_` point into the one that holds them.
+  // (kept alive by its DLPack deleter); `parts_` points into the one that holds them.
   NpuModuleObj(Bytes bytes, Optional<Tensor> view, Array<String> symbols)
       : bytes_(std::move(bytes)), view_(std::move(view)), symbols_(std::move(symbols)) {
     if (view_.has_value()) {
       const DLTensor* t = view_.value().GetDLTensorPtr();
-      data_ = static_cast<const char*>(t->data) + t->byte_offset;
-      size_ = static_cast<size_t>(t->shape[0]);
+      parts_.emplace_back(static_cast<const char*>(t->data) + t->byte_offset, static_cast<size_t>(t->shape[0]));
     } else {
-      data_ = bytes_.data();
-      size_ = bytes_.size();
+      parts_.emplace_back(bytes_.data(), bytes_.size());
     }
+    Init();
+  }
+
+  // The program as consecutive pieces in the memory of Python objects (`owners`, kept alive here):
+  // a model's weights stay in the arrays of its constants, not copied into one blob (issue 26).
+  NpuModuleObj(Array<Any> owners, std::vector<Part> parts, Array<String> symbols)
+      : owners_(std::move(owners)), parts_(std::move(parts)), symbols_(std::move(symbols)) {
+    Init();
+  }
+
+  void Init() {  // the total size; the symbols checked
+    for (const auto& part : parts_) size_ += part.second;
     for (const String& symbol : symbols_) {
       if (symbol.size() == 0) {
         TVM_FFI_THROW(ValueError) << "tvm_npu module: empty symbol name";
@@ -222,24 +240,57 @@ class NpuModuleObj final : public ModuleObj {
   }
 
   Bytes SaveToBytes() const final {
-    std::string payload;
-    PutU64(&payload, static_cast<uint64_t>(symbols_.size()));
-    for (const String& symbol : symbols_) PutBytes(&payload, symbol.data(), symbol.size());
-    PutBytes(&payload, data_, size_);
-
-    std::string out(kMagic, sizeof(kMagic));
-    PutU32(&out, kFormatVersion);
-    PutU32(&out, 0);
-    PutU64(&out, static_cast<uint64_t>(payload.size()));
-    PutU64(&out, Fnv1a64(payload.data(), payload.size()));
-    out += payload;
+    std::string out;
+    out.reserve(static_cast<size_t>(SerializedSize()));  // one exact allocation: no growth copies
+    Serialize([&out](const char* data, size_t size) { out.append(data, size); });
     return Bytes(std::move(out));
   }
 
+  // Bytes SaveToBytes gives, counted without making them.
+  uint64_t SerializedSize() const {
+    uint64_t size = kHeaderSize + 8 + 8 + size_;
+    for (const String& symbol : symbols_) size += 8 + symbol.size();
+    return size;
+  }
+
+  // Append the serialized form to the file `path` straight from the program's memory: exporting a
+  // model does not hold a second copy of its weights (tvm_npu/tools/pack_stream.py).
+  void AppendTo(const std::string& path) const {
+    std::FILE* file = std::fopen(path.c_str(), "ab");
+    if (file == nullptr) {
+      TVM_FFI_THROW(RuntimeError) << "tvm_npu module: cannot open " << path << ": " << std::strerror(errno);
+    }
+    bool ok = true;
+    Serialize([&](const char* data, size_t size) { ok = ok && std::fwrite(data, 1, size, file) == size; });
+    ok = std::fclose(file) == 0 && ok;
+    if (!ok) TVM_FFI_THROW(RuntimeError) << "tvm_npu module: writing " << path << " failed";
+  }
+
   String InspectSource(const String& /*format*/) const final {
-    std::string text = "// tvm_npu module: " + std::to_string(size_) + " blob bytes\n";
+    std::string text = "// tvm_npu module: " + std::to_string(size_) + " blob bytes in " +
+                       std::to_string(parts_.size()) + " parts\n";
     for (const String& symbol : symbols_) text += "// symbol " + std::string(symbol) + "\n";
     return String(text);
+  }
+
+  // The serialized layout (file comment) handed to `sink(data, size)` piece by piece: the header's
+  // length and checksum are computed over the pieces, so the payload is never assembled.
+  template <typename Sink>
+  void Serialize(Sink&& sink) const {
+    std::string table;  // the symbol count, the symbols and the blob's length: small
+    PutU64(&table, static_cast<uint64_t>(symbols_.size()));
+    for (const String& symbol : symbols_) PutBytes(&table, symbol.data(), symbol.size());
+    PutU64(&table, static_cast<uint64_t>(size_));
+    std::string header(kMagic, sizeof(kMagic));
+    PutU32(&header, kFormatVersion);
+    PutU32(&header, 0);
+    PutU64(&header, static_cast<uint64_t>(table.size() + size_));
+    uint64_t hash = Fnv1a64(table.data(), table.size());
+    for (const auto& part : parts_) hash = Fnv1a64(part.first, part.second, hash);
+    PutU64(&header, hash);
+    sink(header.data(), header.size());
+    sink(table.data(), table.size());
+    for (const auto& part : parts_) sink(part.first, part.second);
   }
 
   static Module LoadFromBytes(const Bytes& bytes) {
@@ -292,12 +343,33 @@ class NpuModuleObj final : public ModuleObj {
     return Module(make_object<NpuModuleObj>(Bytes(), Optional<Tensor>(std::move(buffer)), std::move(symbols)));
   }
 
+  // The first `n` bytes of the program (fewer if it is shorter): what a caller needs to tell its kind
+  // without a copy of the whole program.
+  Bytes Head(size_t n) const {
+    std::string out;
+    for (const auto& part : parts_) {
+      if (out.size() >= n) break;
+      out.append(part.first, std::min(part.second, n - out.size()));
+    }
+    return Bytes(std::move(out));
+  }
+
+  static Module FromParts(Array<Any> owners, std::vector<Part> parts, Array<String> symbols) {
+    return Module(make_object<NpuModuleObj>(std::move(owners), std::move(parts), std::move(symbols)));
+  }
+
  private:
-  Bytes Blob() const { return Bytes(data_, size_); }  // a copy, for Python
+  Bytes Blob() const {  // one copy, for Python
+    std::string out;
+    out.reserve(size_);
+    for (const auto& part : parts_) out.append(part.first, part.second);
+    return Bytes(std::move(out));
+  }
 
   Bytes bytes_;
   Optional<Tensor> view_;
-  const char* data_ = nullptr;
+  Array<Any> owners_;
+  std::vector<Part> parts_;
   size_t size_ = 0;
   std::once_flag registered_;
   int64_t handle_ = -1;
@@ -329,13 +401,50 @@ Module CreateModuleFromBuffer(Tensor data, Array<String> symbols) {
   return NpuModuleObj::View(std::move(data), std::move(symbols));
 }
 
+// The program as consecutive pieces of memory, `lengths[i]` bytes at address `addresses[i]`, which
+// the Python objects `owners` hold (numpy arrays of the model's constants, a bytearray of the code):
+// the module keeps them alive and never copies the pieces until Python asks for the whole program.
+Module CreateModuleFromParts(Array<Any> owners, Array<int64_t> addresses, Array<int64_t> lengths,
+                             Array<String> symbols) {
+  if (addresses.size() != lengths.size()) {
+    TVM_FFI_THROW(ValueError) << "tvm_npu module: " << addresses.size() << " part addresses for "
+                              << lengths.size() << " lengths";
+  }
+  std::vector<NpuModuleObj::Part> parts;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (lengths[i] < 0 || (lengths[i] > 0 && addresses[i] == 0)) {
+      TVM_FFI_THROW(ValueError) << "tvm_npu module: part " << i << " is not a valid memory range";
+    }
+    parts.emplace_back(reinterpret_cast<const char*>(static_cast<uintptr_t>(addresses[i])),
+                       static_cast<size_t>(lengths[i]));
+  }
+  return NpuModuleObj::FromParts(std::move(owners), std::move(parts), std::move(symbols));
+}
+
 Module LoadModuleFromBytes(Bytes bytes) { return NpuModuleObj::LoadFromBytes(bytes); }
 
-// The serialized form, as export_library embeds it; Python has no other way to get it.
-Bytes SaveModuleToBytes(Module mod) {
+const NpuModuleObj* AsNpu(const Module& mod) {
   if (std::strcmp(mod->kind(), kKind) != 0) {
     TVM_FFI_THROW(TypeError) << "expected a module of kind `" << kKind << "`, got `" << mod->kind()
                              << "`";
+  }
+  return static_cast<const NpuModuleObj*>(mod.operator->());
+}
+
+// The serialized form, as export_library embeds it; Python has no other way to get it.
+Bytes SaveModuleToBytes(Module mod) { return AsNpu(mod)->SaveToBytes(); }
+
+Bytes ProgramHead(Module mod, int64_t n) { return AsNpu(mod)->Head(static_cast<size_t>(std::max<int64_t>(n, 0))); }
+
+int64_t SerializedSize(Module mod) { return static_cast<int64_t>(AsNpu(mod)->SerializedSize()); }
+
+void AppendSerialized(Module mod, String path) { AsNpu(mod)->AppendTo(std::string(path)); }
+
+// Any binary-serializable module's SaveToBytes (the small host executable beside the NPU programs),
+// which TVM does not expose to Python on its own.
+Bytes AnySaveToBytes(Module mod) {
+  if (!(mod->GetPropertyMask() & Module::kBinarySerializable)) {
+    TVM_FFI_THROW(TypeError) << "module of kind `" << mod->kind() << "` is not binary serializable";
   }
   return mod->SaveToBytes();
 }
@@ -344,5 +453,10 @@ Bytes SaveModuleToBytes(Module mod) {
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module, tvm_npu::CreateModule);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module_from_buffer, tvm_npu::CreateModuleFromBuffer);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_create_module_from_parts, tvm_npu::CreateModuleFromParts);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_load_from_bytes, tvm_npu::LoadModuleFromBytes);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_save_to_bytes, tvm_npu::SaveModuleToBytes);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_program_head, tvm_npu::ProgramHead);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_serialized_size, tvm_npu::SerializedSize);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_append_serialized, tvm_npu::AppendSerialized);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(tvm_npu_any_save_to_bytes, tvm_npu::AnySaveToBytes);

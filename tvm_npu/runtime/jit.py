@@ -141,11 +141,6 @@ class Partition:
                                      f"expected {d if isinstance(d, int) else f'{d}={values[d]}'}")
         return values
 
-    def tensors(self, args: Sequence[Any]) -> list[Any]:
-        """The DPS arguments without the shape arguments (what the compiled program takes)."""
-        shapes = {i for i, (kind, _) in enumerate(self.params) if kind == "shape"}
-        return [a for i, a in enumerate(args) if i not in shapes]
-
 
 def _framed(data: bytes, magic: bytes, what: str) -> tuple[dict, bytes]:
     """(header, payload) of ``magic | u32 header length | JSON header | payload``, the framing of a JIT program
@@ -364,6 +359,10 @@ class JitCache:
     # call looks its program up without serialising and hashing its key again
     _keys: dict[tuple[str, tuple[tuple[str, int], ...], str, str], str] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # what a call of (program, symbol) with these argument shapes runs, once it ran: a repeated shape goes
+    # straight to its program (no sizes read, no policy or key work); whether it came from this cache
+    dispatch: dict[tuple[int, str, tuple], tuple[bytes | HostRun, tuple[int, ...] | None, bool]] = \
+        field(default_factory=dict, repr=False)
 
     @staticmethod
     def key(part: Partition, values: Mapping[str, int], target: str, tuning: Mapping[str, Any] | None = None) -> str:
@@ -467,10 +466,8 @@ def programs_of(executable: Any) -> list[Program]:
     while stack:
         mod = stack.pop()
         stack.extend(mod.imports)
-        if mod.kind == "npu":
-            blob = npu_module.module_blob(mod)
-            if blob.startswith(MAGIC):
-                found.append(_program(blob))
+        if mod.kind == "npu" and npu_module.program_head(mod, len(MAGIC)) == MAGIC:  # not a whole copy
+            found.append(_program(npu_module.module_blob(mod)))
     return found
 
 
@@ -512,15 +509,37 @@ def invoke(blob: bytes, symbol: str, args: list[Any]) -> None:
         run_artifact(blob, symbol, args)
         return
     prog = _program(blob)
+    cache = _cache
+    # the shapes of the arguments decide the program (a shape argument is a tuple: its own key)
+    key = (id(prog), symbol, tuple(a if isinstance(a, tuple) else a.shape for a in args))
+    known = cache.dispatch.get(key)
+    if known is None:
+        known = cache.dispatch[key] = _dispatch(prog, symbol, args)
+    elif known[2]:
+        with cache._lock:
+            cache.memory_hits += 1
+    program, tensors, _ = known
+    if tensors is not None:
+        args = [args[i] for i in tensors]
+    if isinstance(program, bytes):
+        run_artifact(program, symbol, args)
+    else:
+        program(args)
+
+
+def _dispatch(prog: Program, symbol: str, args: list[Any]) -> tuple[bytes | HostRun, tuple[int, ...] | None, bool]:
+    """The first call of ``symbol`` at these argument shapes: its sizes checked and its program found or compiled
+    (:func:`program_for`); (program, the indices of the tensor arguments or None for all, whether the cache holds
+    it)."""
     if symbol not in prog.partitions:
         raise ValueError(f"the JIT NPU program has no partition {symbol!r} (it has {sorted(prog.partitions)})")
     part = prog.partitions[symbol]
     values = part.sizes(args)
     program = program_for(prog, symbol, values)
-    if isinstance(program, bytes):
-        run_artifact(program, symbol, part.tensors(args))
-    else:
-        program(part.tensors(args))
+    tensors = tuple(i for i, (kind, _) in enumerate(part.params) if kind != "shape")
+    tensors += tuple(range(len(part.params), len(args)))
+    return program, None if tensors == tuple(range(len(args))) else tensors, \
+        prog.compiled.get((symbol, values_key(values))) is None
 
 
 npu_module.set_invoke_handler(invoke)

@@ -137,6 +137,31 @@ def create_module(blob: bytes | bytearray, symbols: Sequence[str]) -> tvm.runtim
     return _create_fn(bytes(blob), names)
 
 
+class _Owners:
+    """The Python objects whose memory a module made by :func:`create_module_from_parts` reads (an opaque
+    object to the FFI, which keeps it alive with the module; a list would be converted element-wise)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = parts
+
+
+def create_module_from_parts(parts: Sequence[bytes | bytearray | np.ndarray], symbols: Sequence[str]
+                             ) -> tvm.runtime.Module:
+    """:func:`create_module` of the concatenation of ``parts`` without making it: the module reads every
+    part where it is and keeps it alive (a model's weights stay in its constants' arrays), and concatenates
+    them only when the program is run or serialised piece by piece when it is exported."""
+    if isinstance(symbols, str):
+        raise TypeError("symbols must be a sequence of names, not a single string")
+    arrays = [p if isinstance(p, np.ndarray) else np.frombuffer(p, dtype=np.uint8) for p in parts]
+    if not all(a.flags.c_contiguous for a in arrays):
+        raise ValueError("every part of an NPU program must be C-contiguous")
+    create = load_extension().get_function("tvm_npu_create_module_from_parts")
+    return create([_Owners(arrays)], [a.ctypes.data for a in arrays], [a.nbytes for a in arrays],
+                  [str(s) for s in symbols])
+
+
 def module_blob(mod: tvm.runtime.Module) -> bytes:
     """Return the program blob held by an ``npu`` module (for inspection and tests)."""
     _check_kind(mod)
@@ -209,6 +234,32 @@ def save_to_bytes(mod: tvm.runtime.Module) -> bytes:
     load_extension()
     assert _save_fn is not None
     return bytes(_save_fn(mod))
+
+
+def program_head(mod: tvm.runtime.Module, n: int) -> bytes:
+    """The first ``n`` bytes of an ``npu`` module's program (what :func:`module_blob` starts with), without
+    copying the whole program (a model's weights)."""
+    _check_kind(mod)
+    return bytes(load_extension().get_function("tvm_npu_program_head")(mod, n))
+
+
+def serialized_size(mod: tvm.runtime.Module) -> int:
+    """The length of :func:`save_to_bytes` of ``mod``, counted without making the bytes."""
+    _check_kind(mod)
+    return int(load_extension().get_function("tvm_npu_serialized_size")(mod))
+
+
+def append_serialized(mod: tvm.runtime.Module, path: str | os.PathLike) -> None:
+    """Append :func:`save_to_bytes` of ``mod`` to the file ``path``, written from the program's memory: no copy
+    of a model's weights (``tvm_npu.tools.pack_stream``)."""
+    _check_kind(mod)
+    load_extension().get_function("tvm_npu_append_serialized")(mod, os.fspath(path))
+
+
+def any_save_to_bytes(mod: tvm.runtime.Module) -> bytes:
+    """``SaveToBytes`` of any binary-serializable module (e.g. the Relax VM executable), which TVM gives Python
+    only inside a whole import blob."""
+    return bytes(load_extension().get_function("tvm_npu_any_save_to_bytes")(mod))
 
 
 def load_from_bytes(data: bytes) -> tvm.runtime.Module:

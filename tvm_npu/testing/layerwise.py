@@ -76,7 +76,7 @@ def quantized_layers(model: onnx.ModelProto) -> list[Layer]:
     inputs) its computation starts from, in graph order. The quantize of a float graph input (a
     ``quantize_static`` model's own input) starts from no 8-bit tensor: it is not a layer."""
     inits = {t.name for t in model.graph.initializer}
-    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16)
     graph_inputs = {i.name for i in model.graph.input if i.type.tensor_type.elem_type in eight_bit} - inits
     producer = {o: n for n in model.graph.node for o in n.output}
     quantized = {n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}

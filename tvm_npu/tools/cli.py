@@ -66,6 +66,7 @@ from tvm_npu.tools.bench import (
 )
 from tvm_npu.tools.export import export_library
 from tvm_npu.tools.inspection import inspect_model
+from tvm_npu.tools.precision_search import choose_precisions
 from tvm_npu.tools.quant_error import ENGINES, layer_errors, match_tensors, reference_engine, table
 from tvm_npu.tools.quantize import (
     ACTIVATIONS,
@@ -90,6 +91,7 @@ from tvm_npu.tools.shape_runs import (
     shape_options,
     shapes_text,
 )
+from tvm_npu.tools.sqnr_report import layer_sqnr, plot_sqnr, sqnr_table
 
 PROG = "tvm-npu"
 DEMO_MODEL = "tiny_convnet"
@@ -236,9 +238,11 @@ def _profile_command(command: _Command) -> None:
     p = command("profile", "Build, run once with a timeline and report every NPU layer against the roofline.", """
         Prints first the end-to-end latency of one inference (the simulated NPU part plus the
         host part measured on this CPU, median of --repeat runs, and its operators), then
-        the per-layer table (MACs, DRAM traffic, SRAM peak, simulated cycles, the datasheet
-        bound, efficiency and the binding resource), one row per layer group
-        (-fusion=3: slicing, SRAM peak, DRAM bytes saved, cycles against the members' bounds and
+        the per-layer table (MACs, DRAM traffic, SRAM peak, the cycles in which the layer's
+        instructions work with their span and the overlap with other layers, the datasheet
+        bound, efficiency and the binding resource, the bound on the engines that run the layer
+        and the efficiency against it), one row per layer group
+        (-fusion=3: slicing, SRAM peak, DRAM bytes saved, cycles against the group's bound and
         the planner's prediction), the whole-model figures and the device memory as 'inspect'
         shows it (weights, peak live activations, NPU programs, SRAM high-water).""")
     _model_args(p)
@@ -332,6 +336,10 @@ def _quantize_command(command: _Command) -> None:
     p.add_argument("--per-tensor", action="store_true", help="one scale per weight tensor, not per output channel")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE",
                    help="leave node NODE in float (repeatable): its name, or an unnamed node's first output")
+    p.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="choose 16-bit activations (A16W8) for the tensors that add most output error per NPU "
+                        "cycle until the output's SQNR against fp32 on the calibration samples reaches DB; "
+                        "prints the choices")
     _input_shape_arg(p)
     p.set_defaults(func=cmd_quantize)
 
@@ -349,9 +357,18 @@ def _compare_command(command: _Command) -> None:
         without it. Every compared tensor becomes a graph output, so on the NPU each one
         leaves the chip to DRAM and is not fused with its consumers: the numbers are those
         of the model, the placement and cycles are not.""")
-    p.add_argument("model", metavar="MODEL", help="the quantized (QDQ) or fp16 ONNX model (.onnx)")
-    p.add_argument("--reference", required=True, metavar="REFERENCE",
+    p.add_argument("model", metavar="MODEL", help="the quantized (QDQ) or fp16 ONNX model (.onnx); in the "
+                   "two-model form, the fp32 model")
+    p.add_argument("quantized", nargs="?", metavar="QUANTIZED",
+                   help="two-model form (MODEL QUANTIZED): per quantized layer, the SQNR of QUANTIZED against "
+                        "MODEL accumulated and of the layer alone on MODEL's inputs, beside its cycles in int8, "
+                        "16-bit and fp16 by the datasheet bound; both run on onnxruntime, on --inputs or "
+                        "--samples seeded standard-normal samples")
+    p.add_argument("--reference", metavar="REFERENCE",
                    help=f"the fp32 model it was made from (.onnx, or a bundled name: {', '.join(BUNDLED)})")
+    p.add_argument("--samples", type=int, default=8, metavar="N",
+                   help="two-model form without --inputs: N random samples (default: %(default)s)")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="two-model form: also plot the figures")
     given = p.add_mutually_exclusive_group()
     given.add_argument("--inputs", type=Path, metavar="NPZ",
                        help="input arrays (.npz) named by graph input (with a leading sample axis, the first "
@@ -721,8 +738,14 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     name, model = resolve_model(args.model)
     model = bind_input_shapes(model, parse_input_shapes(args.input_shape), "--input-shape")
     samples = calibration_samples(model, args.calibration, random=args.random, seed=args.seed)
-    output = quantize_model(model, args.output, calibration=samples, activations=args.activations,
-                            per_channel=not args.per_tensor, exclude=args.exclude)
+    settings = {"calibration": samples, "activations": args.activations, "per_channel": not args.per_tensor,
+                "exclude": args.exclude}
+    if args.target_sqnr is not None:
+        with elapsed_bar("searching the activations' precisions"):
+            choice = choose_precisions(functools.partial(quantize_model, model, **settings), model, samples,
+                                       args.output, args.target_sqnr)
+        print(choice.table())
+    output = choice.output if args.target_sqnr is not None else quantize_model(model, args.output, **settings)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
               else f"{len(samples)} random standard-normal sample{'s' * (len(samples) > 1)} (seed {args.seed})")
     upgraded = f", upgraded from opset {opset(model)} to {MIN_OPSET}" if opset(model) < MIN_OPSET else ""
@@ -730,7 +753,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     print(f"quantized {name} with onnxruntime {ort.__version__} quantize_static, QDQ format{upgraded}")
     print(f"calibration: {source}")
     print(f"weights: int8 symmetric, {'per tensor' if args.per_tensor else 'per channel'}; "
-          f"activations: {args.activations} asymmetric")
+          f"activations: {args.activations} asymmetric"
+          f"{', 16-bit for the tensors chosen above' if args.target_sqnr is not None else ''}")
     kept = f"; left in float: {', '.join(args.exclude)}" if args.exclude else ""
     print(f"nodes: {n_q} QuantizeLinear, {n_dq} DequantizeLinear{kept}")
     print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)")
@@ -740,6 +764,11 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise ValueError(f"--top must not be negative, not {args.top}")
+    if (args.quantized is None) == (args.reference is None):
+        raise ValueError("give the fp32 model either as --reference (MODEL is then the quantized or fp16 model) or "
+                         "first of two models (MODEL QUANTIZED), not both or neither")
+    if args.quantized is not None:
+        return _compare_sqnr(args)
     target = target_option(args)
     name, model = resolve_model(args.model)
     ref_name, reference = resolve_model(args.reference)
@@ -769,6 +798,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
             steps = "" if r.steps is None else f", {r.steps:.2f} quantization steps"
             print(f"final output {r.name}: max |err| {r.max_abs:.3g}, mean |err| {r.mean_abs:.3g}, "
                   f"SNR {r.snr_db:.1f} dB, cosine {r.cosine:.5f}{steps}")
+    return 0
+
+
+def _compare_sqnr(args: argparse.Namespace) -> int:
+    """``compare MODEL QUANTIZED``: the per-layer SQNR report (:mod:`tvm_npu.tools.sqnr_report`)."""
+    require_onnxruntime()
+    _writable(args.plot, "--plot")
+    target = target_option(args)
+    ref_name, reference = resolve_model(args.model)
+    name, quantized = resolve_model(args.quantized)
+    shapes = parse_input_shapes(args.input_shape)
+    reference, quantized = (bind_input_shapes(m, shapes, "--input-shape") for m in (reference, quantized))
+    if args.inputs is not None:
+        samples, given = npz_samples(args.inputs, reference), str(args.inputs)
+    else:
+        samples, given = random_samples(reference, args.samples, args.seed), f"standard-normal (seed {args.seed})"
+    with elapsed_bar("running both models and every layer alone"):
+        rows, skipped = layer_sqnr(reference, quantized, samples, target=target)
+    print(f"{name} against {ref_name} on onnxruntime (CPU), {len(samples)} input samples {given}; cycles: "
+          f"datasheet bound of each layer for '{target}'")
+    print(sqnr_table(rows))
+    if skipped:
+        print(f"{len(skipped)} quantized tensors the fp32 model lacks skipped: {', '.join(skipped[:6])}"
+              f"{', ...' * (len(skipped) > 6)}")
+    if args.plot is not None:
+        plot_sqnr(rows, args.plot, f"{name} against {ref_name}")
+        print(f"wrote {args.plot}")
     return 0
 
 

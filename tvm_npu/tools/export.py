@@ -4,10 +4,11 @@
 serialised blob under the symbol ``__tvm_ffi__library_bin``. By default TVM builds that symbol as an LLVM
 constant array and emits an object file from it: the blob, the LLVM constant and the object code are
 whole copies at once (a 548 MB VGG-19 peaked at about 4x its weights above the build here).
-:func:`pack_imports` takes TVM's own serialised blob (``runtime.ModulePackImportsToTensor``, the bytes the
-LLVM route embeds), writes it to a file and lets the assembler include it (``.incbin``), so the blob is in
-memory once and the library is the same to TVM's loader. Native ELF shared libraries only (what
-:func:`exports_natively` says); anything else (cross-compiled ``.tar``, a system library) keeps TVM's way.
+:func:`pack_imports` writes TVM's serialised blob (the bytes ``runtime.ModulePackImportsToTensor`` gives and
+the LLVM route embeds) to a file piece by piece (:func:`tvm_npu.tools.pack_stream.write_imports_blob`: the
+weights are not copied on the way) and lets the assembler include it (``.incbin``), so the library is the
+same to TVM's loader. Native ELF shared libraries only (what :func:`exports_natively` says); anything else
+(cross-compiled ``.tar``, a system library) keeps TVM's way.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import tvm
-from tvm.runtime import _ffi_api
+
+from tvm_npu.tools.pack_stream import write_imports_blob
 
 #: The symbol TVM's library loader reads the imported modules from.
 LIBRARY_BIN = "__tvm_ffi__library_bin"
@@ -47,10 +48,7 @@ def pack_imports(mod: tvm.runtime.Module, is_system_lib: bool, symbol_prefix: st
         raise ValueError("pack_imports packs the imports of a shared library only; "
                          "export a system library with TVM's own packer (no fpack_imports)")
     blob = Path(workspace_dir) / "devc.bin"
-    packed = _ffi_api.ModulePackImportsToTensor(mod)
-    with open(blob, "wb") as f:
-        f.write(memoryview(np.from_dlpack(packed)))
-    del packed
+    write_imports_blob(mod, blob)
     source = Path(workspace_dir) / "devc.S"
     source.write_text(_assembly(blob))
     return str(source)

@@ -16,6 +16,7 @@ onnxruntime is an optional dependency (``pip install "tvm-npu[quantize]"``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import tempfile
@@ -35,6 +36,8 @@ from tvm_npu.report.text import first_line
 
 #: The lowest opset with per-axis QuantizeLinear/DequantizeLinear (per-channel weights).
 MIN_OPSET = 13
+#: The lowest opset whose QuantizeLinear/DequantizeLinear take 16-bit integers (``int16=`` activations).
+INT16_OPSET = 21
 ACTIVATIONS = ("int8", "uint8")
 INSTALL_HINT = 'pip install "tvm-npu[quantize]"'
 
@@ -164,19 +167,21 @@ def qdq_counts(model: onnx.ModelProto) -> tuple[int, int]:
     return ops.count("QuantizeLinear"), ops.count("DequantizeLinear")
 
 
-def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` at opset 13 or later, its weights no longer listed as graph inputs.
+def _prepare(model: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.ModelProto:
+    """A copy of ``model`` at opset ``min_opset`` (13, or 21 for 16-bit activations) or later, its weights no
+    longer listed as graph inputs.
 
     Old IR versions list every initializer as an input too; onnxruntime's optimiser then
     shares equal initializers and leaves the others' input entries behind as inputs the
     calibration run is asked to feed.
     """
-    if opset(model) < MIN_OPSET:
+    if opset(model) < min_opset:
+        need = "16-bit activations need" if min_opset >= INT16_OPSET else "per-axis quantization needs"
         try:
-            model = version_converter.convert_version(model, MIN_OPSET)
+            model = version_converter.convert_version(model, min_opset)
         except Exception as e:
-            raise ValueError(f"cannot upgrade the model from opset {opset(model)} to {MIN_OPSET}, which "
-                             f"per-axis quantization needs: {first_line(e)}") from None
+            raise ValueError(f"cannot upgrade the model from opset {opset(model)} to {min_opset}, which "
+                             f"{need}: {first_line(e)}") from None
     else:
         model = onnx.ModelProto.FromString(model.SerializeToString())
     inits = {t.name for t in model.graph.initializer}
@@ -264,7 +269,8 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
                    calibration: CalibrationSource | None = None, random: int | None = None, seed: int = 0,
                    activations: str = "int8", per_channel: bool = True,
                    input_shapes: Mapping[str, Sequence[int]] | None = None,
-                   exclude: Sequence[str] = ()) -> Path:
+                   exclude: Sequence[str] = (), int16: Sequence[str] | None = None,
+                   target_sqnr: float | None = None) -> Path:
     """Quantize ``model`` to QDQ int8 with onnxruntime's ``quantize_static``; returns ``output``.
 
     Calibration data is ``calibration`` (arrays by input name, each one sample or samples
@@ -276,6 +282,13 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     asymmetric ``int8`` or ``uint8``. The fp32 tensor names are kept, which
     :func:`tvm_npu.tools.quant_error.compare_models` relies on. ``exclude`` names nodes to leave in
     float (onnxruntime's ``nodes_to_exclude``): a node's name or, for an unnamed node, its first output's.
+    ``int16`` names activation tensors to quantize to 16 bits (int16, or uint16 beside ``uint8``) through
+    onnxruntime's ``TensorQuantOverrides``; given at all (even empty), the model is upgraded to opset 21 first,
+    so that the models made with different ``int16`` lists name their tensors alike (onnxruntime's
+    pre-processing names the tensors it makes differently at different opsets). ``target_sqnr`` (dB)
+    chooses them instead: :func:`tvm_npu.tools.precision_search.choose_precisions` moves the tensors that add
+    most output error per NPU cycle to 16 bits until the output's SQNR against the fp32 model on the
+    calibration samples reaches it.
 
     A failure inside onnxruntime's quantizer (pre-processing, calibration, quantization) is a
     :class:`QuantizationError` (a ValueError) of one line naming the node it concerns and what to
@@ -290,7 +303,14 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
         raise ValueError(f"activations must be one of {ACTIVATIONS}, not {activations!r}")
     proto = bind_input_shapes(load_onnx(model), input_shapes)
     samples = calibration_samples(proto, calibration, random=random, seed=seed)
-    proto = _prepare(proto)
+    if target_sqnr is not None:
+        if int16:
+            raise ValueError("give the 16-bit tensors (int16=) or a target SQNR that chooses them, not both")
+        from tvm_npu.tools.precision_search import choose_precisions  # the search; the mechanics stay here
+        quantize = functools.partial(quantize_model, proto, calibration=samples, activations=activations,
+                                     per_channel=per_channel, exclude=exclude)
+        return choose_precisions(quantize, proto, samples, output, target_sqnr).output
+    proto = _prepare(proto, MIN_OPSET if int16 is None else INT16_OPSET)
     _check_excluded(proto, exclude)
 
     class Reader(CalibrationDataReader):
@@ -317,6 +337,7 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
             quant_pre_process(source, prepared, skip_symbolic_shape=True)
         except Exception as e:
             raise quantization_error(e, "model preparation (quant_pre_process)", proto, **options) from e
+        _check_tensors(_load_or(prepared, proto), int16 or ())  # pre-processing inlines functions: their tensors count
         with _replacing(output) as partial:
             try:
                 quantize_static(
@@ -324,7 +345,8 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
                     activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
                     # the defaults, stated: the NPU's int8 weights carry no zero point
-                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+                    extra_options={"WeightSymmetric": True, "ActivationSymmetric": False,
+                                   **_wide_overrides(int16 or (), activations)},
                 )
             except Exception as e:
                 raise quantization_error(e, "quantize_static", _load_or(prepared, proto), **options) from e
@@ -338,6 +360,26 @@ def _check_excluded(proto: onnx.ModelProto, exclude: Sequence[str]) -> None:
     if unknown:
         raise ValueError(f"--exclude {unknown[0]!r}: the model has no node of that name; its nodes are "
                          f"{', '.join(n.name for n in proto.graph.node[:12])}{', ...' * (len(names) > 12)}")
+
+
+def _check_tensors(proto: onnx.ModelProto, int16: Sequence[str]) -> None:
+    """A one-line error for a name in ``int16`` that is no activation tensor of ``proto`` (as prepared)."""
+    tensors = {*(i.name for i in proto.graph.input), *(o for n in proto.graph.node for o in n.output)}
+    unknown = [t for t in int16 if t not in tensors]
+    if unknown:
+        raise ValueError(f"int16 tensor {unknown[0]!r}: the model has no activation tensor of that name "
+                         f"(name graph inputs or node outputs)")
+
+
+def _wide_overrides(int16: Sequence[str], activations: str) -> dict[str, dict]:
+    """onnxruntime's per-tensor override making each tensor of ``int16`` a 16-bit activation of the same
+    signedness as ``activations``; empty without any (``TensorQuantOverrides`` then stays unset)."""
+    if not int16:
+        return {}
+    from onnxruntime.quantization import QuantType
+
+    wide = QuantType.QInt16 if activations == "int8" else QuantType.QUInt16
+    return {"TensorQuantOverrides": {t: [{"quant_type": wide}] for t in dict.fromkeys(int16)}}
 
 
 @contextlib.contextmanager
