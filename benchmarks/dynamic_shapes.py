@@ -16,8 +16,9 @@ styles: a paddle2onnx-style recogniser, an FPN detector with symbolic H and W, a
   as the earlier shapes left it for both: the JIT compile does not reuse what the static build of the same
   shape just compiled);
 * steady-state call time (``--repeat`` calls of each, interleaved, NPU numerics included) against the static
-  build's: the median of the per-pair ratios, and the ratio of the fastest calls (the work itself, without
-  the load other processes put on a shared machine);
+  build's: the median of the per-pair ratios, and the ratio of the fastest calls; and, not at the mercy of the
+  load other processes put on a shared machine, what a call costs besides the NPU's work (the simulator
+  stubbed out: the VM's host code and the dispatch), in microseconds against the static build's;
 * a fresh process that loads the exported library with a warm disk cache: compile work on each first call;
 * 4 threads x 3 new shapes at once: each shape compiled exactly once (counted), outputs right;
 * a corrupted cache entry, a cache directory that cannot be written and a full disk (ENOSPC, simulated): each
@@ -36,6 +37,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import timeit
 import warnings
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -79,6 +81,15 @@ def _steady(executables: list[Any], x: np.ndarray, repeat: int) -> list[list[flo
             fn(arg)
             samples.append(time.perf_counter() - start)
     return times
+
+
+def _host_us(executables: list[Any], x: np.ndarray) -> list[float]:
+    """Microseconds per call of each executable with the simulator stubbed out (every NPU program's run a no-op):
+    what a call costs besides the NPU's work (the VM's host code, the dispatch to the program), the fastest of 5
+    rounds of 200 calls."""
+    calls = [(relax.VirtualMachine(ex, tvm.cpu())["main"], tvm.runtime.tensor(x)) for ex in executables]
+    with mock.patch.object(jit, "run_artifact", lambda *_: None):  # the one path every NPU program runs through
+        return [min(timeit.repeat(lambda f=f, a=a: f(a), number=200, repeat=5)) / 200 * 1e6 for f, a in calls]
 
 
 def _cold() -> None:
@@ -127,6 +138,7 @@ def _one_shape(model: onnx.ModelProto, ex: Any, cache: jit.JitCache, shape: tupl
     compile_s = sum(v for k, v in cache.compile_seconds.items() if k not in before)
     compiles = cache.compiles
     jit_t, static_t = _steady([ex, static], x, repeat)
+    jit_us, static_us = _host_us([ex, static], x)
     jit_s, static_s = statistics.median(jit_t), statistics.median(static_t)
     (jit_fp, jit_cycles), (static_fp, static_cycles) = _fingerprint(ex, x), _fingerprint(static, x)
     llvm = tvm_npu.run(tvm_npu.build_reference(model, shapes={"x": shape}), x)
@@ -136,6 +148,7 @@ def _one_shape(model: onnx.ModelProto, ex: Any, cache: jit.JitCache, shape: tupl
             "steady_over_static": statistics.median(a / b for a, b in zip(jit_t, static_t, strict=True)),
             # the fastest call of each: what the work costs, without the load other processes add
             "steady_min_over_static": min(jit_t) / min(static_t),
+            "host_us": jit_us, "static_host_us": static_us,
             "steady_compiles": cache.compiles - compiles,
             "same_programs": jit_fp == static_fp, "jit_cycles": jit_cycles, "static_cycles": static_cycles,
             "vs_static": _agree(out, static_out), "vs_llvm": _agree(out, llvm), "vs_ort": _agree(out, expected),
@@ -271,7 +284,7 @@ def _print_shapes(rec: dict[str, Any]) -> None:
         print(f"  {tuple(r['shape'])!s:18s} compile {r['compile_s']:6.3f} s = {r['compile_over_static_build']:.2f}x "
               f"static build ({r['static_build_s']:.2f} s); steady {r['steady_s'] * 1e3:8.2f} ms = "
               f"{r['steady_over_static']:.3f}x static (fastest {r['steady_min_over_static']:.3f}x; "
-              f"{r['steady_compiles']} compiles); "
+              f"{r['steady_compiles']} compiles; host {r['host_us']:.1f} vs {r['static_host_us']:.1f} us); "
               f"programs {'same' if r['same_programs'] else 'DIFFER'} "
               f"(cycles {r['jit_cycles']:,} vs {r['static_cycles']:,}); max err vs static {r['vs_static']:.2g}, "
               f"llvm {r['vs_llvm']:.2g}, ORT {r['vs_ort']:.2g}{'' if r['ok'] else '  WRONG'}")
@@ -287,8 +300,10 @@ def summary(rec: dict[str, Any]) -> str:
     worst = max(r["compile_over_static_build"] for r in rows)
     compile_median = statistics.median(r["compile_over_static_build"] for r in rows)
     fastest = statistics.median(r["steady_min_over_static"] for r in rows)
+    extra = statistics.median(r["host_us"] - r["static_host_us"] for r in rows)
     return (f"{rec['model']}: JIT compile / static build median {compile_median:.2f}x, at most {worst:.2f}x; "
-            f"steady / static fastest calls median {fastest:.3f}x; "
+            f"steady / static fastest calls median {fastest:.3f}x; a call's cost besides the NPU's work "
+            f"{extra:+.1f} us over a static build's (median); "
             f"steady / static median {statistics.median(steady):.3f}x (range {steady[0]:.3f}..{steady[-1]:.3f}; "
             f"median {statistics.median(same) if same else float('nan'):.3f}x over the {len(same)} shapes with the "
             f"same programs); programs same as static at {len(same)}/{len(rows)} shapes; outputs within rtol "

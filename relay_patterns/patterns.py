@@ -63,6 +63,9 @@ LONE_QDQ: dict[str, DFPattern] = {
     "quantize_scaled": is_op("relax.quantize")(
         is_op("relax.astype")(is_op("relax.multiply")(is_op("relax.astype")(wildcard()), is_const())), is_const(),
         is_const()),
+    # an integer form ending in a clamp (a relu folded into a requantisation, :mod:`.qbinary` / :mod:`.qaffine`)
+    "quantize_clip": is_op("relax.clip")(is_op("relax.quantize")(wildcard(), is_const(), is_const()), wildcard(),
+                                         wildcard()),
     "quantize": is_op("relax.quantize")(wildcard(), is_const(), is_const()),
 }
 
@@ -292,7 +295,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
     for name, op in ROWWISE.items():
         add(f"{PREFIX}.{name}", op)
     for name, pattern in LONE_QDQ.items():  # before the binary ops, which would claim their parts
-        add(f"{PREFIX}.{name}", pattern)
+        if target.options.fusion or not name.endswith("_clip"):  # at -fusion=0 a clamp is an operator of its own
+            add(f"{PREFIX}.{name}", pattern)
     for name in COMPOSITE_ACTIVATIONS:  # before the binary ops, which would claim their parts
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
     add(f"{PREFIX}.lut", LOOKUP)  # before the binary ops, which would claim the index's subtraction

@@ -9,7 +9,8 @@ model's operators in fp16.
 * ``-precision=fp16`` is TVM's own ``ToMixedPrecision(out_dtype=float32)``: convolutions and
   matmuls take fp16 operands with fp32 accumulation, elementwise ops follow in fp16, and
   casts appear where fp16 meets the operators TVM keeps in fp32 (softmax, reductions) --
-  the partition boundaries, as ``--quantize F16`` does in other NPU toolchains.
+  the partition boundaries, as ``--quantize F16`` does in other NPU toolchains. In a quantized
+  model only its float layers change (:mod:`.fp16_layers`): a mixed int8 / int16 / fp16 model.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import tvm
 from tvm import relax
 
 from tvm_npu.config import Precision
+
+from .fp16_layers import fp16_float_layers
 
 _ACCUMULATING = ("relax.nn.conv2d", "relax.matmul")
 
@@ -72,6 +75,6 @@ def fp16_averages(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.
 
 def precision_passes(precision: Precision) -> list[tvm.transform.Pass]:
     """The passes that fix the arithmetic types of the model before layout planning."""
-    if precision == Precision.FP16:
-        return [relax.transform.ToMixedPrecision(out_dtype="float32"), relax.transform.FoldConstant()]
+    if precision == Precision.FP16:  # TVM's ToMixedPrecision, integer (QDQ) operators left as they are
+        return [fp16_float_layers, relax.transform.FoldConstant()]
     return [fp16_accumulate]

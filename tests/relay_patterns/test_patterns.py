@@ -161,9 +161,9 @@ def test_fusion0_table_has_only_bare_ops() -> None:
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
     # (bias, residual, activation) chains other than the bare op per conv2d / matmul, 8 requantised conv2d and
-    # 4 matmul forms, a clipped 8-bit add and a clipped 8-bit product
+    # 4 matmul forms, a clipped 8-bit add, a clipped 8-bit product and a clipped integer quantize
     chains = 2 * 2 * (len(ACTS) + len(COMPOSITE_ACTS) + 1) - 1
-    assert bare < fused and len(fused - bare) == 2 * chains + 8 + 4 + 1 + 1
+    assert bare < fused and len(fused - bare) == 2 * chains + 8 + 4 + 1 + 1 + 1
 
 
 def test_fusion0_every_op_is_its_own_composite_in_one_region() -> None:

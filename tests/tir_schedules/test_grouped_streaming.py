@@ -25,9 +25,9 @@ OPTS = CompilerOptions()
 
 
 def test_only_grouped_tensor_tiles_stream_groups() -> None:
-    offered = {name: {t.stream_groups for t in tile_search.candidates(spec, HW, OPTS)}
-               for name, spec in {"dense": conv(32, 32, 8, k=1, pad=0), "grouped": conv(32, 32, 8, k=1, pad=0, groups=4),
-                                  "depthwise": conv(32, 32, 8, groups=32)}.items()}
+    specs = {"dense": conv(32, 32, 8, k=1, pad=0), "grouped": conv(32, 32, 8, k=1, pad=0, groups=4),
+             "depthwise": conv(32, 32, 8, groups=32)}
+    offered = {name: {t.stream_groups for t in tile_search.candidates(spec, HW, OPTS)} for name, spec in specs.items()}
     assert offered == {"dense": {False}, "grouped": {False, True}, "depthwise": {False}}
     tiles = [t for t in tile_search.candidates(conv(32, 32, 8, k=1, pad=0, groups=4), HW, OPTS) if t.stream_groups]
     assert all(t.order == Order.B_STATIONARY and t.engine == ConvEngine.TENSOR for t in tiles)
