@@ -28,6 +28,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .conv_transpose import conv_transpose_as_convs
+from .dequantize_views import dequantize_views
 from .extract import const_array, static_shape
 from .lifted import Lifted, with_lifted_constants
 from .log_softmax import log_softmax_rows
@@ -526,6 +527,7 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.resize": "resize2d -> a broadcast view (nearest integer upsampling) or two matrix products",
     "npu.canonicalize.conv-transpose": "conv2d_transpose -> interleaved phase convolutions (stride-squared)",
     "npu.canonicalize.qdq": "QDQ regions -> integer operators",
+    "npu.canonicalize.dequantize-views": "a lone dequantize of a transposed 8-bit tensor -> a transpose of its result",
     "npu.canonicalize.fold-constants": "constant folding",
     "npu.canonicalize.dropout": "dropout removed (inference)",
     "npu.canonicalize.batch-norm": "inference batch-norm folded into the preceding conv2d",
@@ -555,6 +557,7 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         named("npu.canonicalize.resize", resize_forms),  # before QDQ: it takes the 8-bit nearest form itself
         named("npu.canonicalize.conv-transpose", conv_transpose_as_convs),  # before QDQ: makes 8-bit phase convs
         named("npu.canonicalize.qdq", qdq_to_integer),
+        named("npu.canonicalize.dequantize-views", dequantize_views),  # after QDQ: it writes the lone dequantizes
         named("npu.canonicalize.fold-constants", fold_constants),
         named("npu.canonicalize.dropout", remove_dropout),
         named("npu.canonicalize.batch-norm", fold_batch_norm),

@@ -46,7 +46,7 @@ A ``dequantize`` / ``quantize`` left over (around an operator with no integer fo
 softmax of a converter-made classifier head, ``... -> Q -> DQ -> Softmax -> Q``) becomes float32
 arithmetic the NPU runs in the same partition (:class:`_LoneQdq`):
 
-* ``dequantize(x, s, z)`` of an 8-bit tensor with one scale and zero point becomes
+* ``dequantize(x, s, z)`` of an 8- or 16-bit tensor with one scale and zero point becomes
   ``(astype(x, float32) - z) * s``: exactly onnxruntime's DequantizeLinear (``float32(x - z) * s``;
   the subtraction of two small integers is exact in float32), and exactly TVM's legalisation.
 * ``quantize(y, s, z)`` of a float32 ``y`` by any positive normal ``s`` becomes ``quantize(q, 1, z)`` with
@@ -59,8 +59,15 @@ Anything else stays as it was: fp32 between ``dequantize`` and ``quantize`` (the
 operator is offloaded like any fp32 operator; a quantize / dequantize the rules above do not
 cover runs on the host). A conv2d, matmul or concat whose quantization this pass cannot express (per-axis
 activation scales, weight zero points that do not fit int8, a bias quantized with
-another scale, 16-bit types) stays so too, with a :class:`HostFallbackWarning` naming it
+another scale) stays so too, with a :class:`HostFallbackWarning` naming it
 and the reason. TVM has no pass for this (its ONNX frontend stops at Q/DQ), hence this one.
+
+16-bit activations (int16 / uint16 with int8 weights: A16W8, TFLite's 16x8) take the same rules with an int64
+accumulator (``config.ACCUMULATOR``), except where 8 bits are what makes a rule exact: a lookup table (256
+entries) and :mod:`.qbinary`'s forms (a product of two 16-bit values is not exact in float32) are left to the
+lone dequantize / quantize (float32 on the NPU, as onnxruntime computes them), and a batch norm between
+dequantize and quantize becomes one affine integer step (:mod:`.qaffine`). Types may differ across a region
+(an int8 conv requantised to int16, an int8 global average pool to int16, a concat of both).
 """
 
 from __future__ import annotations

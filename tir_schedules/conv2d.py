@@ -20,7 +20,13 @@ tile fuses the group-tile and spatial loops into one pipelined loop (so tiles of
 maps still overlap) and keeps the whole layer's weights and per-channel epilogue
 operands (bias, requantisation multipliers) in SRAM, loaded once (a few bytes per
 channel; a load per tile would cost a descriptor's latency each). The codegen picks the
-instruction, and the cost model estimates both so the planner chooses per layer.
+instruction, and the cost model estimates both so the planner chooses per layer. A grouped
+tensor-engine tile may fuse its loops the same way (``ConvTile.stream_groups``), loading each
+group's weights with the step's input instead of once.
+
+A one-row window with a row stride (a 1x1 / 2 convolution) may read only the input rows it uses
+(``ConvTile.skip_rows``, ``strided.py``): the template, the cost model and the emitter then see the
+operator over a row-skipping view of its input (:meth:`Conv2d.as_scheduled`).
 """
 
 from __future__ import annotations
@@ -241,8 +247,8 @@ def group_quantum(spec: Conv2dSpec, hw: HardwareConfig) -> int:
 
 
 def streams_groups(tile: ConvTile) -> bool:
-    """Whether the group-tile loop is fused into the pipelined loop and the weights of every
-    group stay in SRAM (vector-engine tiles, and grouped tensor-engine tiles that choose it)."""
+    """Whether the group-tile loop is fused into the pipelined loop (vector-engine tiles, and grouped
+    tensor-engine tiles that choose it: ``ConvTile.stream_groups``)."""
     return tile.engine == ConvEngine.VECTOR or tile.stream_groups
 
 

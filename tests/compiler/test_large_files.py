@@ -27,6 +27,8 @@ from tvm import relax
 
 import tvm_npu
 from tvm_npu.compiler import driver
+from tvm_npu.compiler.weights import pretranspose_gemm_weights
+from tvm_npu.models import onnx_file
 from tvm_npu.models.onnx_file import INLINE_BYTES, ModelFileError, array, is_external, load_lean
 from tvm_npu.tools.cli import main as cli
 from tvm_npu.tools.export import exports_natively, pack_imports
@@ -105,18 +107,64 @@ def test_lean_load_leaves_weights_in_the_file(saved: tuple[onnx.ModelProto, Path
     assert lean.ByteSize() < 8 * 1024 < inline.stat().st_size // 100  # the weights are not in the proto
 
 
+def _canonical(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` after the build's ``bind`` and ``canonicalize`` stages (constants folded)."""
+    for stage in driver.stages(tvm_npu.parse_target("npu"))[:2]:
+        mod = stage.run(mod)
+    return mod
+
+
 def test_file_gives_the_relax_module_of_the_proto(saved: tuple[onnx.ModelProto, Path, Path]) -> None:
-    """The Relax module imported from the file (weights read from it into TVM's constants) is the one
-    from the in-memory proto (TVM's from_onnx reading the initializers), constants included."""
+    """The Relax module imported from the file (weights read from it into TVM's constants, a Gemm's
+    ``transB`` weight read transposed) is, once canonicalised, the one from the in-memory proto (TVM's
+    from_onnx reading the initializers, the transpose folded), constants included."""
     model, inline, external = saved
-    from_proto = driver.load_model(model)
+    from_proto = _canonical(driver.load_model(model))
     for path in (inline, external):
-        from_file = driver.load_model(path)
+        imported = driver.load_model(path)
+        assert "permute_dims" not in imported.script()  # both transB weights were read transposed
+        from_file = _canonical(imported)
         tvm.ir.assert_structural_equal(from_file, from_proto)
         a, b = _constants(from_file), _constants(from_proto)
         assert len(a) == len(b) >= 8
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+def test_transposed_read_in_row_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight read transposed from its file in several row blocks (the last one short) is the transpose."""
+    value = np.random.default_rng(0).standard_normal((37, 50)).astype(np.float32)
+    net = OnnxNet(0)
+    w = net.const(value)
+    y = net.node("Gemm", ["x", w], transB=1)
+    path = tmp_path / "gemm.onnx"
+    onnx.save(net.model(y, [2, 50], [2, 37]), str(path))
+    model = load_lean(path)
+    assert pretranspose_gemm_weights(model) == 1
+    (tensor,) = model.graph.initializer
+    assert list(tensor.dims) == [50, 37]
+    monkeypatch.setattr(onnx_file, "TRANSPOSE_BLOCK_BYTES", 8 * 50 * 4)  # 8 rows a block: 5 blocks
+    out = np.empty((50, 37), np.float32)
+    onnx_file.read_transposed_into(tensor, out)
+    np.testing.assert_array_equal(out, value.T)
+    with pytest.raises(ValueError, match="cannot take"):
+        onnx_file.read_transposed_into(tensor, np.empty((37, 49), np.float32))
+
+
+def test_shared_or_input_gemm_weights_are_not_pretransposed(tmp_path: Path) -> None:
+    """A ``transB`` weight another node also reads, or that a graph input may override, keeps its layout."""
+    net = OnnxNet(0)
+    w = net.const(np.random.default_rng(0).standard_normal((50, 50)))
+    y = net.node("Add", [net.node("Gemm", ["x", w], transB=1), net.node("MatMul", ["x", w])])
+    path = tmp_path / "shared.onnx"
+    onnx.save(net.model(y, [2, 50], [2, 50]), str(path))
+    assert pretranspose_gemm_weights(load_lean(path)) == 0
+    net = OnnxNet(0)
+    w = net.const(np.random.default_rng(0).standard_normal((50, 50)))
+    model = net.model(net.node("Gemm", ["x", w], transB=1), [2, 50], [2, 50])
+    model.graph.input.append(onnx.helper.make_tensor_value_info(w, onnx.TensorProto.FLOAT, [50, 50]))
+    onnx.save(model, str(path))
+    assert pretranspose_gemm_weights(load_lean(path)) == 0
 
 
 def test_file_builds_what_the_proto_builds(saved: tuple[onnx.ModelProto, Path, Path]) -> None:

@@ -47,7 +47,7 @@ def test_streaming_tiles_match_numpy(case: str, toh: int) -> None:
     spec = CASES[case]
     tiles = [t for t in tile_search.candidates(spec, HW, OPTS) if t.stream_groups and t.toh == toh]
     assert tiles
-    for tile in tiles[:2]:
+    for tile in tiles[:1]:
         run = run_op(spec, tile, HW)
         assert_matches(run.out, run.ref, (case, tile))
         assert run.sram_peak <= tile_search.footprint(spec, tile, HW)

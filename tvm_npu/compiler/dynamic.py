@@ -359,6 +359,54 @@ def _npu_jit_codegen(functions, options, constant_names) -> list[tvm.runtime.Mod
     return [create_module(prog.encode(), list(prog.partitions))]
 
 
+def _derivable(func: relax.Function) -> dict[relax.Var, relax.ShapeExpr]:
+    """The shape parameters of ``func`` whose sizes its tensor parameters' shapes already define (Relax adds one
+    ``R.Shape([W])`` per composite that uses ``W``), each as its value."""
+    defined = [d for p in func.params if isinstance(p.ty, relax.TensorType) and isinstance(p.ty.shape, relax.ShapeExpr)
+               for d in p.ty.shape.values if isinstance(d, tvm.tirx.Var)]
+    return {p: relax.ShapeExpr(p.ty.values) for p in func.params
+            if isinstance(p.ty, relax.ShapeType) and p.ty.values is not None
+            and not any(tvm.tirx.analysis.undefined_vars(v, defined) for v in p.ty.values)}
+
+
+@mutator
+class _DropArgs(PyExprMutator):
+    """Calls of the functions in ``drop`` without the arguments at the listed positions."""
+
+    def __init__(self, drop: Mapping[relax.GlobalVar, set[int]]) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def visit_call_(self, op: relax.Call) -> relax.Expr:
+        call = super().visit_call_(op)
+        gone = self.drop.get(call.op) if isinstance(call.op, relax.GlobalVar) else None
+        if not gone:
+            return call
+        return relax.Call(call.op, [a for i, a in enumerate(call.args) if i not in gone], call.attrs, call.ty_args)
+
+
+def _derived_shapes_inlined(mod: tvm.IRModule, npu: Mapping[relax.GlobalVar, relax.Function]
+                            ) -> tuple[tvm.IRModule, dict[relax.GlobalVar, relax.Function]]:
+    """``mod`` with each NPU partition's derivable shape parameters (:func:`_derivable`) bound to their values and
+    dropped from its calls: a call passes its tensors alone (19 ``R.Shape([W])`` arguments of the recogniser cost
+    the host ~2 us each to convert and the dispatch to key)."""
+    drop: dict[relax.GlobalVar, set[int]] = {}
+    out: dict[relax.GlobalVar, relax.Function] = {}
+    for gv, f in npu.items():
+        shapes = _derivable(f)
+        drop[gv] = {i for i, p in enumerate(f.params) if p in shapes}
+        out[gv] = f.bind_params(shapes) if shapes else f
+    if not any(drop.values()):
+        return mod, dict(npu)
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    for gv, func in list(mod.functions.items()):
+        if gv in out:
+            mod[gv] = out[gv]
+        elif isinstance(func, relax.Function):
+            mod[gv] = _DropArgs(drop).visit_expr(func)
+    return mod, out
+
+
 def jit_codegen(mod: tvm.IRModule, target: NpuTarget, aot: Sequence[Values], *, jit: str = "on",
                 inputs: Mapping[str, Sequence[object]] | None = None,
                 bounds: Mapping[str, tuple[int, int]] | None = None,
@@ -369,6 +417,7 @@ def jit_codegen(mod: tvm.IRModule, target: NpuTarget, aot: Sequence[Values], *, 
            if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == "npu"}
     if not npu:
         return mod
+    mod, npu = _derived_shapes_inlined(mod, npu)
     prog = jit_program(list(npu.values()), target, aot, jit=jit, inputs=inputs, bounds=bounds, tuning=tuning)
     key = f"{id(prog)}:{threading.get_ident()}"
     with _pending_lock:

@@ -47,9 +47,9 @@ class ConvTile:
     For grouped convolutions ``tg`` groups form one tile (then ``toc``/``tic`` are per group);
     ``engine`` says which engine computes the tile (the vector engine only for depthwise);
     ``skip_rows``: a one-row window with a row stride reads only the rows it uses
-    (``tir_schedules/strided.py``); ``stream_groups``: a grouped tensor-engine tile keeps the whole
-    layer's weights in SRAM and pipelines its group, output-channel and spatial tiles as one loop (as
-    vector tiles always do), so one group's weights need not be loaded between two groups' tiles.
+    (``tir_schedules/strided.py``); ``stream_groups``: a grouped tensor-engine tile pipelines its group,
+    output-channel and spatial tiles as one loop (as vector tiles always do), each step loading its
+    group's weights with its input, so the next group's weights load while this group computes.
     """
 
     toc: int

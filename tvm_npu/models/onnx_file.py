@@ -332,6 +332,33 @@ def read_into(tensor: TensorProto, out: np.ndarray) -> None:
             done += n
 
 
+#: Bytes of the file read at a time by :func:`read_transposed_into` (its one transient buffer).
+TRANSPOSE_BLOCK_BYTES = 16 << 20
+
+
+def read_transposed_into(tensor: TensorProto, out: np.ndarray) -> None:
+    """Read an external 2-D tensor of a plain type, stored as ``(out.shape[1], out.shape[0])``, into ``out``
+    transposed (C-contiguous, writable): rows of the file in blocks of about :data:`TRANSPOSE_BLOCK_BYTES`,
+    each written into its columns of ``out``, so no whole second copy is held (a Gemm's ``transB`` weight,
+    :func:`tvm_npu.compiler.weights.pretranspose_gemm_weights`)."""
+    path, offset, length = _where(tensor)
+    if out.ndim != 2 or out.nbytes != length or not out.flags.c_contiguous:
+        raise ValueError(f"tensor {tensor.name!r}: a buffer of shape {out.shape} cannot take its {length} bytes "
+                         f"transposed")
+    cols, rows = out.shape  # the file holds (rows, cols)
+    row_bytes = cols * out.itemsize
+    step = max(1, TRANSPOSE_BLOCK_BYTES // max(row_bytes, 1))
+    block = np.empty((min(step, rows), cols), out.dtype)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for first in range(0, rows, step):
+            part = block[:min(step, rows - first)]
+            want = part.nbytes
+            if f.readinto(memoryview(part.reshape(-1).view(np.uint8))) != want:
+                raise ModelFileError(f"tensor {tensor.name!r}: external data file {str(path)!r} ended early")
+            out[:, first:first + len(part)] = part.T
+
+
 def is_plain(tensor: TensorProto) -> bool:
     """Whether ``tensor``'s element type is one numpy array as its bytes are (what :func:`read_into` takes)."""
     return tensor.data_type in _PLAIN

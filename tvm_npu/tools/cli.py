@@ -742,8 +742,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 "exclude": args.exclude}
     if args.target_sqnr is not None:
         with elapsed_bar("searching the activations' precisions"):
-            choice = choose_precisions(functools.partial(quantize_model, model, **settings), model, samples,
-                                       args.output, args.target_sqnr)
+            choice = choose_precisions(functools.partial(quantize_model, model, **(settings | {"exclude": ()})),
+                                       model, samples, args.output, args.target_sqnr, exclude=args.exclude)
         print(choice.table())
     output = choice.output if args.target_sqnr is not None else quantize_model(model, args.output, **settings)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None
@@ -754,7 +754,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     print(f"calibration: {source}")
     print(f"weights: int8 symmetric, {'per tensor' if args.per_tensor else 'per channel'}; "
           f"activations: {args.activations} asymmetric"
-          f"{', 16-bit for the tensors chosen above' if args.target_sqnr is not None else ''}")
+          f"{', 16-bit or fp16 for the tensors chosen above' if args.target_sqnr is not None else ''}")
     kept = f"; left in float: {', '.join(args.exclude)}" if args.exclude else ""
     print(f"nodes: {n_q} QuantizeLinear, {n_dq} DequantizeLinear{kept}")
     print(f"wrote {output} ({output.stat().st_size / 1024:.0f} KiB)")

@@ -14,7 +14,7 @@ compiling (``benchmarks/mixed_precision.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import onnx
@@ -43,8 +43,9 @@ class Layer:
 
 def _shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     g = onnx.shape_inference.infer_shapes(model).graph
-    return {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-            for vi in (*g.input, *g.value_info, *g.output) if vi.type.tensor_type.HasField("shape")}
+    found = {t.name: list(t.dims) for t in g.initializer}  # (a float weight has no value_info)
+    return found | {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+                    for vi in (*g.input, *g.value_info, *g.output) if vi.type.tensor_type.HasField("shape")}
 
 
 def _macs(node: onnx.NodeProto, shapes: Mapping[str, list[int]], out_elems: int) -> int:
@@ -89,20 +90,32 @@ def layers(model: onnx.ModelProto) -> list[Layer]:
     return found
 
 
-def layer_cycles(hw: HardwareConfig, layer: Layer, precision: Mapping[str, str] | str) -> float:
+def layer_cycles(hw: HardwareConfig, layer: Layer, precision: Mapping[str, str] | str,
+                 float_layers: Collection[str] = ()) -> float:
     """The datasheet bound of ``layer`` with each tensor in ``precision[tensor]`` (int8 when absent), or
-    everything in one precision when a string."""
+    everything in one precision when a string; a layer named in ``float_layers`` (left in float by the
+    quantizer) computes in fp16 whatever its tensors are.
+
+    The tensor engine runs in the widest operand type among fp16, int16 and int8. An fp16 layer reading an
+    integer tensor pays a conversion pass first (measured on compiled models: the dequantize is a vector
+    pass of its own, reading the 8- or 16-bit tensor and writing fp16 to DRAM, which the layer then reads;
+    ``tests/tools/test_sqnr_report.py`` checks it against the simulator), while an fp16 -> integer
+    boundary is the producer's requantising epilogue and costs only the narrower store."""
     def of(t: str) -> str:
         return precision if isinstance(precision, str) else precision.get(t, "int8")
 
     kinds = {of(t) for t, _ in layer.inputs} or {of(layer.outputs[0][0]) if layer.outputs else "int8"}
-    engine = "fp16" if "fp16" in kinds else "int16" if "int16" in kinds else "int8"
-    nbytes = sum(e * PRECISIONS[of(t)].itemsize for t, e in (*layer.inputs, *layer.outputs))
+    engine = "fp16" if "fp16" in kinds or layer.node in float_layers else "int16" if "int16" in kinds else "int8"
+    converted = [(t, e) for t, e in layer.inputs if engine == "fp16" and of(t) != "fp16"]
+    read = {t: "fp16" for t, _ in converted}  # the layer reads the fp16 copy
+    nbytes = sum(e * PRECISIONS[read.get(t, of(t))].itemsize for t, e in (*layer.inputs, *layer.outputs))
     nbytes += layer.weight_elems * _WEIGHT_BYTES[engine]
     compute = layer.macs / hw.peak_macs_per_cycle(PRECISIONS[engine]) if layer.macs else 0.0
-    return max(compute, nbytes / hw.dram_bytes_per_cycle)
+    conversion = sum(e * (PRECISIONS[of(t)].itemsize + PRECISIONS["fp16"].itemsize) for t, e in converted)
+    return max(compute, nbytes / hw.dram_bytes_per_cycle) + conversion / hw.dram_bytes_per_cycle
 
 
-def model_cycles(hw: HardwareConfig, model_layers: list[Layer], precision: Mapping[str, str] | str) -> float:
+def model_cycles(hw: HardwareConfig, model_layers: list[Layer], precision: Mapping[str, str] | str,
+                 float_layers: Collection[str] = ()) -> float:
     """The sum of the layers' bounds (see :func:`layer_cycles`)."""
-    return sum(layer_cycles(hw, x, precision) for x in model_layers)
+    return sum(layer_cycles(hw, x, precision, float_layers) for x in model_layers)

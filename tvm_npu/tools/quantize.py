@@ -287,8 +287,9 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     so that the models made with different ``int16`` lists name their tensors alike (onnxruntime's
     pre-processing names the tensors it makes differently at different opsets). ``target_sqnr`` (dB)
     chooses them instead: :func:`tvm_npu.tools.precision_search.choose_precisions` moves the tensors that add
-    most output error per NPU cycle to 16 bits until the output's SQNR against the fp32 model on the
-    calibration samples reaches it.
+    most output error per NPU cycle to 16 bits or fp16 (their producers left in float, their QDQ pairs
+    removed: compile with ``-precision=fp16``) until the output's SQNR against the fp32 model on the
+    calibration samples and on as many held-out seeded samples reaches it.
 
     A failure inside onnxruntime's quantizer (pre-processing, calibration, quantization) is a
     :class:`QuantizationError` (a ValueError) of one line naming the node it concerns and what to
@@ -308,8 +309,8 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
             raise ValueError("give the 16-bit tensors (int16=) or a target SQNR that chooses them, not both")
         from tvm_npu.tools.precision_search import choose_precisions  # the search; the mechanics stay here
         quantize = functools.partial(quantize_model, proto, calibration=samples, activations=activations,
-                                     per_channel=per_channel, exclude=exclude)
-        return choose_precisions(quantize, proto, samples, output, target_sqnr).output
+                                     per_channel=per_channel)
+        return choose_precisions(quantize, proto, samples, output, target_sqnr, exclude=exclude).output
     proto = _prepare(proto, MIN_OPSET if int16 is None else INT16_OPSET)
     _check_excluded(proto, exclude)
 
