@@ -527,13 +527,13 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.resize": "resize2d -> a broadcast view (nearest integer upsampling) or two matrix products",
     "npu.canonicalize.conv-transpose": "conv2d_transpose -> interleaved phase convolutions (stride-squared)",
     "npu.canonicalize.qdq": "QDQ regions -> integer operators",
-    "npu.canonicalize.dequantize-views": "a lone dequantize of a transposed 8-bit tensor -> a transpose of its result",
     "npu.canonicalize.fold-constants": "constant folding",
     "npu.canonicalize.dropout": "dropout removed (inference)",
     "npu.canonicalize.batch-norm": "inference batch-norm folded into the preceding conv2d",
     "npu.canonicalize.decompose": "TVM's DecomposeOpsForInference (other batch-norms as elementwise ops)",
     "npu.canonicalize.log-softmax": "log_softmax and log(softmax) -> max, subtract, exp, sum, log (a row program)",
     "npu.canonicalize.transformer-ops": "decomposed layer norms and GELUs -> one op each",
+    "npu.canonicalize.dequantize-views": "lone dequantize / quantize moved across transposes (read in order)",
     "npu.canonicalize.lrn": "the importer's LRN (avg_pool3d, power, divide) -> an NPU pool and epilogue",
     "npu.canonicalize.spatial-mean": "a mean over H, W without keepdims -> a global average pool and a reshape",
     "npu.canonicalize.pool-chains": "max pools of one map with a smaller sibling read its result (SPP -> SPPF)",
@@ -557,7 +557,6 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         named("npu.canonicalize.resize", resize_forms),  # before QDQ: it takes the 8-bit nearest form itself
         named("npu.canonicalize.conv-transpose", conv_transpose_as_convs),  # before QDQ: makes 8-bit phase convs
         named("npu.canonicalize.qdq", qdq_to_integer),
-        named("npu.canonicalize.dequantize-views", dequantize_views),  # after QDQ: it writes the lone dequantizes
         named("npu.canonicalize.fold-constants", fold_constants),
         named("npu.canonicalize.dropout", remove_dropout),
         named("npu.canonicalize.batch-norm", fold_batch_norm),
@@ -567,6 +566,8 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         named("npu.canonicalize.log-softmax", log_softmax_rows),  # before transformer-ops: rows_last moves its axis
         named("npu.canonicalize.transformer-ops", transformer_ops),  # exporters' decomposed layer norms and
         # GELUs -> one op each
+        named("npu.canonicalize.dequantize-views", dequantize_views),  # after QDQ (it writes the lone quantizes)
+        # and transformer-ops (a softmax's transposes)
         named("npu.canonicalize.lrn", lrn_to_pool),  # the importer's LRN (avg_pool3d, power, divide) -> pool
         # over a view + epilogue
         named("npu.canonicalize.spatial-mean", spatial_mean_keepdims),  # after QDQ (which does the 8-bit form)

@@ -48,7 +48,33 @@ def _hoisted(func: relax.Function) -> relax.Function:
     return rewrite_call(root, rewrite, func)
 
 
+def _sunk(func: relax.Function) -> relax.Function:
+    """``quantize(astype(astype(permute_dims(y), float64) * c, float32), 1, z)`` (a lone quantize as :mod:`.quantized`
+    writes it) with one ``z`` -> ``permute_dims`` of the same quantize of ``y``: the quantize then follows the float
+    operator that computes ``y`` (its epilogue), and the transpose is a view of the 8-bit result."""
+    y = wildcard()
+    perm = is_op("relax.permute_dims")(y)
+    wide = is_op("relax.astype")(perm)
+    multiplier = is_const()
+    quotient = is_op("relax.astype")(is_op("relax.multiply")(wide, multiplier))
+    scale, zero = is_const(), is_const()
+    root = is_op("relax.quantize")(quotient, scale, zero)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        if str(m[y].ty.dtype) != "float32" or str(m[wide].ty.dtype) != "float64":
+            return orig
+        if not (_scalar(m[zero]) and _scalar(m[scale])):
+            return orig
+        q = relax.op.astype(relax.op.multiply(relax.op.astype(m[y], "float64"), m[multiplier]), "float32")
+        attrs = orig.attrs
+        return relax.op.permute_dims(relax.op.quantize(q, m[scale], m[zero], int(attrs.axis), str(attrs.out_dtype)),
+                                     m[perm].attrs.axes)
+
+    return rewrite_call(root, rewrite, func)
+
+
 @relax.transform.function_pass(opt_level=0, name="tvm_npu.DequantizeViews")
 def dequantize_views(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
-    """Lone dequantizes moved ahead of the transposes of their 8-bit tensors (see the module docstring)."""
-    return _hoisted(func)
+    """Lone dequantizes moved ahead of the transposes of their 8-bit tensors, lone quantizes after those of their
+    float ones (see the module docstring)."""
+    return _sunk(_hoisted(func))

@@ -11,7 +11,9 @@ integer one, whose int32 result then meets an int32 bias in an fp16 ``add`` (a t
 
 1. each integer ``conv2d`` / ``matmul`` is moved into a private function of one non-dataflow binding,
    which ``ToMixedPrecision`` leaves alone (a call of a function has no mixed-precision policy and
-   keeps its argument types; the rewriter only changes dataflow blocks);
+   keeps its argument types; the rewriter only changes dataflow blocks); so is a ``clip`` (an fp32-only
+   operator with scalar bounds, on which TVM's rewriter fails when its input arrives in fp16: it gets
+   its input cast back to fp32);
 2. ``ToMixedPrecision(out_dtype=float32)`` runs; the requantisation's float32 arithmetic stays float32
    (its operands are not fp16: TVM's follow rule keeps such operators in fp32), and a dequantized
    tensor only an fp16 layer reads is cast to fp16 once, after the dequantize;
@@ -36,25 +38,36 @@ def _is_integer_gemm(call: relax.Call) -> bool:
         isinstance(a.ty, relax.TensorType) and str(a.ty.dtype).startswith(("int", "uint")) for a in call.args)
 
 
+def _never_with_scalars(call: relax.Call) -> bool:
+    """An operator ToMixedPrecision keeps in fp32 that has a scalar argument (``clip``'s bounds): its rewriter
+    fails on the scalar when the tensor argument arrives in fp16, so it is hidden too (and gets fp32)."""
+    policy = call.op.get_attr("TMixedPrecisionPolicy") if isinstance(call.op, tvm.ir.Op) else None
+    return policy is None and isinstance(call.op, tvm.ir.Op) and any(
+        isinstance(a.ty, tvm.ir.PrimType) for a in call.args)
+
+
 @relax.expr_functor.mutator
 class _HideIntegerGemms(relax.PyExprMutator):
     """Each integer conv2d / matmul becomes a call of a private function holding it (step 1)."""
 
-    def __init__(self, mod: tvm.IRModule) -> None:
+    def __init__(self, mod: tvm.IRModule, clips: bool) -> None:
         super().__init__(mod)
-        self.hidden = 0
+        self.clips, self.hidden = clips, 0
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not _is_integer_gemm(call):
+        if not (_is_integer_gemm(call) or (self.clips and _never_with_scalars(call))):
             return call
-        params = [relax.Var(f"arg{i}", a.ty) for i, a in enumerate(call.args)]
+        passed = [a for a in call.args if not isinstance(a.ty, tvm.ir.PrimType)]
+        params = [relax.Var(f"arg{i}", a.ty) for i, a in enumerate(passed)]
+        inside = iter(params)
         out = relax.Var("out", call.ty)
-        inner = relax.Call(call.op, params, call.attrs, call.ty_args)
+        inner = relax.Call(call.op, [a if isinstance(a.ty, tvm.ir.PrimType) else next(inside) for a in call.args],
+                           call.attrs, call.ty_args)
         body = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(out, inner)])], out)
         func = relax.BlockBuilder().normalize(relax.Function(params, body, call.ty, is_pure=True))
-        self.hidden += 1
-        return relax.Call(self.builder_.add_func(func, "npu_integer_gemm"), call.args)
+        self.hidden += _is_integer_gemm(call)
+        return relax.Call(self.builder_.add_func(func, "npu_hidden"), passed)
 
 
 @relax.expr_functor.mutator
@@ -69,8 +82,8 @@ class _WidenBeforeFloat64(relax.PyExprMutator):
         return call
 
 
-def _hide_integer_gemms(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
-    mutator = _HideIntegerGemms(mod)
+def _hide_integer_gemms(mod: tvm.IRModule, clips: bool) -> tuple[tvm.IRModule, int]:
+    mutator = _HideIntegerGemms(mod, clips)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
@@ -82,9 +95,9 @@ def fp16_float_layers(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm
     """TVM's ``ToMixedPrecision`` on the float operators of ``mod``, its integer ones untouched (module
     docstring)."""
     mixed = relax.transform.ToMixedPrecision(out_dtype="float32")
-    hidden_mod, hidden = _hide_integer_gemms(mod)
-    if not hidden:
+    if not _hide_integer_gemms(mod, clips=False)[1]:
         return mixed(mod)
+    hidden_mod, _ = _hide_integer_gemms(mod, clips=True)
     mod = tvm.transform.Sequential([
         mixed, relax.transform.InlinePrivateFunctions(), relax.transform.ConvertToDataflow(),
         relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])(hidden_mod)

@@ -139,3 +139,13 @@ def test_a_neck_concatenating_an_upsampled_map_builds_once() -> None:
     assert info.partitions == 1 and info.host_ops == {}
     x = _x((1, 3, 24, 40))
     _against_references(model, tvm_npu.run(ex, x), x)
+
+
+def test_a_partition_is_called_with_its_tensors_alone() -> None:
+    """The R.Shape([W]) parameters Relax adds per composite carry sizes the partition's input shapes define: bound
+    inside it, so the host passes tensors only (each shape argument cost the call ~2 us) and the programs stay."""
+    ex = tvm_npu.build(classifier())
+    (prog,) = jit.programs_of(ex)
+    assert [kind for part in prog.partitions.values() for kind, _ in part.params] == ["tensor"]
+    x = _x((1, 3, 24, 40))
+    _against_references(classifier(), tvm_npu.run(ex, x), x)

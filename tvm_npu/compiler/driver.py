@@ -46,6 +46,7 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.canonicalize.decompose        no DecomposeOpsForInference
     npu.canonicalize.log-softmax      log_softmax / log(softmax) stay single operators (on the host)
     npu.canonicalize.transformer-ops  decomposed layer norms and GELUs stay decomposed
+    npu.canonicalize.dequantize-views  a lone dequantize / quantize stays on its side of a transpose
     npu.canonicalize.lrn              LRN stays the importer's avg_pool3d form (on the host)
     npu.canonicalize.spatial-mean     a mean over H, W without keepdims stays (on the host)
     npu.canonicalize.pool-chains      max pools of one map are not chained (SPP stays SPP)

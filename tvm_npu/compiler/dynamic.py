@@ -371,18 +371,19 @@ def _derivable(func: relax.Function) -> dict[relax.Var, relax.ShapeExpr]:
 
 @mutator
 class _DropArgs(PyExprMutator):
-    """Calls of the functions in ``drop`` without the arguments at the listed positions."""
+    """Calls of the functions ``renamed`` to their new global variables, without the arguments ``drop`` lists."""
 
-    def __init__(self, drop: Mapping[relax.GlobalVar, set[int]]) -> None:
+    def __init__(self, drop: Mapping[relax.GlobalVar, set[int]],
+                 renamed: Mapping[relax.GlobalVar, relax.GlobalVar]) -> None:
         super().__init__()
-        self.drop = drop
+        self.drop, self.renamed = drop, renamed
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
-        call = super().visit_call_(op)
-        gone = self.drop.get(call.op) if isinstance(call.op, relax.GlobalVar) else None
-        if not gone:
-            return call
-        return relax.Call(call.op, [a for i, a in enumerate(call.args) if i not in gone], call.attrs, call.ty_args)
+        new = self.renamed.get(op.op) if isinstance(op.op, relax.GlobalVar) else None
+        if new is None:
+            return super().visit_call_(op)
+        args = [self.visit_expr(a) for i, a in enumerate(op.args) if i not in self.drop[new]]
+        return relax.Call(new, args, op.attrs, op.ty_args)
 
 
 def _derived_shapes_inlined(mod: tvm.IRModule, npu: Mapping[relax.GlobalVar, relax.Function]
@@ -398,13 +399,13 @@ def _derived_shapes_inlined(mod: tvm.IRModule, npu: Mapping[relax.GlobalVar, rel
         out[gv] = f.bind_params(shapes) if shapes else f
     if not any(drop.values()):
         return mod, dict(npu)
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-    for gv, func in list(mod.functions.items()):
-        if gv in out:
-            mod[gv] = out[gv]
-        elif isinstance(func, relax.Function):
-            mod[gv] = _DropArgs(drop).visit_expr(func)
-    return mod, out
+    bb = relax.BlockBuilder()  # new global vars: a call's type is read from its function's new signature
+    renamed = {gv: bb.add_func(func, gv.name_hint) for gv, func in out.items()}
+    mutator = _DropArgs({renamed[gv]: gone for gv, gone in drop.items()}, renamed)
+    functions = {gv: mutator.visit_expr(f) if isinstance(f, relax.Function) else f
+                 for gv, f in mod.functions.items() if gv not in out}
+    new = tvm.IRModule({**functions, **{renamed[gv]: f for gv, f in out.items()}}, attrs=mod.attrs)
+    return new, {renamed[gv]: f for gv, f in out.items()}
 
 
 def jit_codegen(mod: tvm.IRModule, target: NpuTarget, aot: Sequence[Values], *, jit: str = "on",

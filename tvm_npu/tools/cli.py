@@ -743,7 +743,9 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     if args.target_sqnr is not None:
         with elapsed_bar("searching the activations' precisions"):
             choice = choose_precisions(functools.partial(quantize_model, model, **(settings | {"exclude": ()})),
-                                       model, samples, args.output, args.target_sqnr, exclude=args.exclude)
+                                       model, samples, args.output, args.target_sqnr, exclude=args.exclude,
+                                       held_out=None if args.random is None else
+                                       calibration_samples(model, random=args.random, seed=args.seed + 1))
         print(choice.table())
     output = choice.output if args.target_sqnr is not None else quantize_model(model, args.output, **settings)
     source = (f"{args.calibration}, {len(samples)} samples" if args.calibration is not None

@@ -26,8 +26,9 @@ Cycles: :mod:`tvm_npu.tools.layer_cost` (conversion passes at int -> fp16 bounda
    finds the shortest that does. Then each chosen tensor, dearest first, goes back to 8 bits if the
    budget still holds without it (the additive model is only a model).
 
-"Meets" means on the calibration samples *and* on held-out samples (seeded standard-normal draws unless
-given): ranges are fitted to the calibration samples, so a budget met only there slips on other inputs.
+"Meets" means on the calibration samples *and* on held-out samples when there are any (``quantize_model``
+draws them like random calibration, with the next seed): ranges are fitted to the calibration samples, so a
+budget met only there slips on other inputs.
 SQNR is over every graph output together (float64).
 """
 
@@ -77,7 +78,7 @@ class PrecisionChoice:
     output: Path
     target_db: float
     achieved_db: float  # on the calibration samples
-    held_out_db: float  # on the held-out samples
+    held_out_db: float  # on the held-out samples (nan: none given)
     int8_db: float
     int16_db: float
     cycles: float  # cost model (datasheet bound) of the chosen model
@@ -102,7 +103,8 @@ class PrecisionChoice:
         count = {p: sum(r.precision == p for r in self.rows) for p in ("int16", "fp16")}
         return "\n".join([*columns(head, rows), "",
                           f"output SQNR against fp32: {self.achieved_db:.1f} dB on the calibration samples, "
-                          f"{self.held_out_db:.1f} dB held out (target {self.target_db:g} dB on both; all-int8 "
+                          + ("no held-out samples (target " if math.isnan(self.held_out_db) else
+                             f"{self.held_out_db:.1f} dB held out (target ") + f"{self.target_db:g} dB on both; all-int8 "
                           f"{self.int8_db:.1f} dB, all-16-bit {self.int16_db:.1f} dB)",
                           f"{count['int16']} of {len(self.rows)} tensors in 16 bits, {count['fp16']} in fp16; cost-"
                           f"model cycles {self.cycles:,.0f} (all-int8 {self.int8_cycles:,.0f}, all-16-bit "
@@ -116,7 +118,8 @@ class _Trials:
     """Quantizations by configuration, each measured once against the fp32 outputs on both sample sets."""
 
     def __init__(self, quantize: Quantizer, reference: onnx.ModelProto, samples: Sequence[Sample],
-                 held_out: Sequence[Sample], tmp: Path, producers: dict[str, str], exclude: Sequence[str]):
+                 held_out: Sequence[Sample], tmp: Path, producers: dict[str, tuple[str, ...]],
+                 exclude: Sequence[str]):
         self.quantize, self.samples, self.held_out, self.tmp = quantize, samples, held_out, tmp
         self.producers, self.exclude = producers, list(exclude)
         ref = OrtModel(reference)
@@ -127,7 +130,7 @@ class _Trials:
 
     def floats(self, fp16: frozenset[str]) -> list[str]:
         """The producers the fp16 tensors ``fp16`` need left in float (and the user's own)."""
-        return sorted({*self.exclude, *(self.producers[t] for t in fp16 if t in self.producers)})
+        return sorted({*self.exclude, *(n for t in fp16 for n in self.producers.get(t, ()))})
 
     def run(self, config: Config, output: Path) -> tuple[Path, onnx.ModelProto]:
         """Quantize ``config`` to ``output``: (its path, the model to measure)."""
@@ -148,7 +151,7 @@ class _Trials:
         return self.seen[config][held_out]
 
     def meets(self, config: Config, budget: float) -> bool:
-        return self.energy(config).db >= budget and self.energy(config, True).db >= budget
+        return self.energy(config).db >= budget and (not self.held_out or self.energy(config, True).db >= budget)
 
 
 def _check_budget(target_db: float) -> None:
@@ -177,23 +180,39 @@ def _shortest_prefix(trials: _Trials, ranked: Sequence[tuple[str, str]], noise: 
 
 
 def _fp16_candidates(q8: onnx.ModelProto, cost: list[Layer], source_nodes: set[str], tensors: list[str],
-                     allow: bool) -> dict[str, str]:
-    """Tensor -> the producer the fp16 choice leaves in float ("" for a graph input), for the tensors that
-    can be fp16: not a graph output (its name is its DequantizeLinear's), produced by a node of the source
-    model (onnxruntime's ``nodes_to_exclude`` names those) or a graph input."""
+                     allow: bool) -> dict[str, tuple[str, ...]]:
+    """Tensor -> the nodes the fp16 choice leaves in float (none for a graph input), for the tensors that can
+    be fp16: not a graph output (its name is its DequantizeLinear's), written by nodes of the source model
+    (onnxruntime's ``nodes_to_exclude`` names those) or a graph input. The nodes are its producer and, back
+    through unquantized tensors, theirs: a Relu after a Conv writes the quantized tensor, and the Conv's
+    weights should be float too."""
     if not allow:
         return {}
-    outputs = {o.name for o in q8.graph.output}
-    inputs = {i.name for i in q8.graph.input}
-    producers = {o: x.node for x in cost for o, _ in x.outputs}
-    return {t: producers.get(t, "") for t in tensors if t not in outputs and (
-        t in inputs or producers.get(t) in source_nodes)}
+    outputs, inputs = {o.name for o in q8.graph.output}, {i.name for i in q8.graph.input}
+    producers = {o: x for x in cost for o, _ in x.outputs}
+    quantized = set(tensors)
+    found: dict[str, tuple[str, ...]] = {}
+    for t in tensors:
+        chain, todo = [], [t] if t not in inputs else []
+        while todo:
+            layer = producers.get(todo.pop())
+            if layer is None or layer.node not in source_nodes:
+                chain = None
+                break
+            chain.append(layer.node)
+            todo += [i for i, _ in layer.inputs if i not in quantized and i not in inputs]
+        if chain is not None and t not in outputs:
+            found[t] = tuple(chain)
+    return found
 
 
-def _unreachable(target_db: float, best: Energy, int8: Energy, what: str) -> ValueError:
+def _unreachable(target_db: float, best: Energy, held: Energy, int8: Energy, what: str) -> ValueError:
+    reach = min(best.db, held.db if held.signal else math.inf)
     return ValueError(f"target SQNR {target_db:g} dB is not reachable: with {what} the output reaches "
-                      f"{best.db:.1f} dB against fp32 on these samples (all-int8: {int8.db:.1f} dB); ask for at most "
-                      f"{math.floor(best.db * 10) / 10} dB, or keep layers in float with exclude")
+                      f"{best.db:.1f} dB against fp32 on the calibration samples"
+                      + (f" and {held.db:.1f} dB held out" if held.signal else "") + " "
+                      f"(all-int8: {int8.db:.1f} dB); ask for at most {math.floor(reach * 10) / 10} dB, or keep layers "
+                      f"in float with exclude")
 
 
 def _rank(tensors: list[str], noise16: dict[str, float], extra16: dict[str, float], noise_fp: dict[str, float],
@@ -217,39 +236,36 @@ def choose_precisions(quantize: Quantizer, reference: onnx.ModelProto, samples: 
                       output: str | Path, target_db: float, *, target: str = "npu",
                       held_out: Sequence[Sample] | None = None, exclude: Sequence[str] = (),
                       fp16: bool = True) -> PrecisionChoice:
-    """Write to ``output`` the QDQ model whose activations meet ``target_db`` on ``samples`` and ``held_out``
-    (default: as many seeded standard-normal samples, seed 1) at the fewest cost-model cycles of ``target``
-    (module docstring); ``reference`` is the fp32 model ``quantize`` quantizes, ``exclude`` the nodes the
-    user keeps in float, ``fp16=False`` leaves fp16 out of the choices."""
+    """Write to ``output`` the QDQ model whose activations meet ``target_db`` on ``samples`` and on ``held_out``
+    (when given) at the fewest cost-model cycles of ``target`` (module docstring); ``reference`` is the fp32
+    model ``quantize`` quantizes, ``exclude`` the nodes the user keeps in float, ``fp16=False`` leaves fp16
+    out of the choices."""
     _check_budget(target_db)
-    if held_out is None:
-        from tvm_npu.tools.quantize import random_samples  # (quantize imports this module lazily too)
-
-        held_out = random_samples(reference, len(samples), seed=1)
     hw = parse_target(target).hw
     with tempfile.TemporaryDirectory(prefix="tvm-npu-precision.") as tmp:
-        trials = _Trials(quantize, reference, samples, held_out, Path(tmp), {}, exclude)
+        trials = _Trials(quantize, reference, samples, held_out or (), Path(tmp), {}, exclude)
         none: frozenset[str] = frozenset()
         int8 = trials.energy((none, none))
         q8 = onnx.load(str(trials.paths[(none, none)]))
         tensors, cost = list(quantized_tensors(q8)), layers(q8)
         source_nodes = {n.name or (n.output[0] if n.output else "") for n in reference.graph.node}
         candidates = _fp16_candidates(q8, cost, source_nodes, tensors, fp16)
-        trials.producers = {t: p for t, p in candidates.items() if p}
+        trials.producers = candidates
         return _search(trials, hw, cost, tensors, candidates, target_db, int8, Path(output))
 
 
-def _search(trials: _Trials, hw: HardwareConfig, cost: list[Layer], tensors: list[str], candidates: dict[str, str],
+def _search(trials: _Trials, hw: HardwareConfig, cost: list[Layer], tensors: list[str],
+            candidates: dict[str, tuple[str, ...]],
             target_db: float, int8: Energy, output: Path) -> PrecisionChoice:
     """Steps 1-3 of the module docstring, from the all-int8 trial on."""
     none: frozenset[str] = frozenset()
     everything = frozenset(tensors)
     int16 = trials.energy((everything, none))
     fp_all = frozenset(candidates)
-    best = trials.energy((everything - fp_all, fp_all)) if fp_all else int16
-    if min(best.db, trials.energy((everything - fp_all, fp_all), True).db) < target_db:
-        raise _unreachable(target_db, best, int8, "every activation in fp16 where it can be, in 16 bits otherwise"
-                           if fp_all else "every activation in 16 bits (weights stay int8)")
+    best, held = (trials.energy((everything - fp_all, fp_all), h) for h in (False, True))
+    if min(best.db, held.db if trials.held_out else math.inf) < target_db:
+        raise _unreachable(target_db, best, held, int8, "every activation in fp16 where it can be, in 16 bits "
+                           "otherwise" if fp_all else "every activation in 16 bits (weights stay int8)")
 
     def cycles(config: Config) -> float:
         precision = {**{t: "int16" for t in config[0]}, **{t: "fp16" for t in config[1]}}
@@ -281,7 +297,7 @@ def _search(trials: _Trials, hw: HardwareConfig, cost: list[Layer], tensors: lis
     rows = tuple(TensorChoice(t, producers.get(t, "input"), alone[t].db, extra16[t],
                               alone_fp[t].db if t in alone_fp else math.nan, extra_fp.get(t, math.nan),
                               "fp16" if t in config[1] else "int16" if t in wide else "int8") for t, _, _ in ranked)
-    return PrecisionChoice(written, target_db, trials.energy(config).db, trials.energy(config, True).db, int8.db,
+    held_db = trials.energy(config, True).db if trials.held_out else math.nan
+    return PrecisionChoice(written, target_db, trials.energy(config).db, held_db, int8.db,
                            int16.db, cycles((wide, config[1])), base, cycles((everything, none)), rows,
-                           len(trials.seen) + 1, tuple(sorted({trials.producers[t] for t in config[1]
-                                                               if t in trials.producers})))
+                           len(trials.seen) + 1, tuple(sorted({n for t in config[1] for n in trials.producers[t]})))

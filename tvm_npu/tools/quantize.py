@@ -310,7 +310,9 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
         from tvm_npu.tools.precision_search import choose_precisions  # the search; the mechanics stay here
         quantize = functools.partial(quantize_model, proto, calibration=samples, activations=activations,
                                      per_channel=per_channel)
-        return choose_precisions(quantize, proto, samples, output, target_sqnr, exclude=exclude).output
+        held_out = random_samples(proto, random, seed + 1) if random is not None else None  # (and for data: none)
+        return choose_precisions(quantize, proto, samples, output, target_sqnr, exclude=exclude,
+                                 held_out=held_out).output
     proto = _prepare(proto, MIN_OPSET if int16 is None else INT16_OPSET)
     _check_excluded(proto, exclude)
 
