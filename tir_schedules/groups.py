@@ -49,6 +49,9 @@ SLICE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
 SLICINGS_TRIED = 2
 #: A group's intermediates may take at most this share of the SRAM (the rest is the members' tiles).
 BUFFER_SHARE = 0.5
+#: A group is chosen only when its estimate beats the ungrouped alternative by this share: its
+#: estimate is within a few percent of the simulator, so a closer win may be a loss (issue 27).
+WIN_MARGIN = 0.01
 
 Rows = tuple[int, int]
 _TOO_BIG = object()
@@ -109,15 +112,32 @@ class Planner:
 
     # ------------------------------------------------------------------ search
     def single_cost(self, k: int) -> float:
-        hw = self.target.hw
-        best = self._tile(self.ops[k], hw.max_sram_bytes)
+        return self._alone(k).cycles
+
+    def _alone(self, k: int) -> Estimate:
+        """Operator ``k``'s estimate run alone, its tile searched with the whole SRAM."""
+        best = self._tile(self.ops[k], self.target.hw.max_sram_bytes)
         if best is None:
             raise tile_search.NoTileFits(f"{self.ops[k].name}: no tile fits the SRAM")
-        return best[1].cycles
+        return best[1]
 
-    def group(self, i: int, j: int, slices: int | None = None) -> Choice | None:
-        """The best slicing of operators ``i..j`` as a group, or None when they cannot form one; with
-        ``slices``, that slicing only (a recorded plan choice, or a variant the plan search measures)."""
+    def floor(self, i: int, j: int, internal: set[str]) -> float:
+        """What group ``i..j`` can cost at the least, cheaply: its members alone at their busiest engine
+        (fill and drain hidden), less all the DRAM time of the intermediates it keeps on chip (each
+        stored once, loaded by each reader, every transfer's latency too). A group saves nothing else
+        (its steps do the members' work, plus halo copies, on smaller tiles), so one whose floor does
+        not beat the alternative is not worth a tile search (``test_group_floor_is_below_its_estimate``)."""
+        hw = self.target.hw
+        saved = 0.0
+        for b in internal:
+            transfers = len(self.writers[b]) + len(self.readers[b])
+            saved += transfers * (self.tensors[b].nbytes / hw.dram_bytes_per_cycle + hw.dma_latency)
+        return sum(busiest(self._alone(k)) for k in range(i, j + 1)) - saved
+
+    def group(self, i: int, j: int, slices: int | None = None, cutoff: float = math.inf) -> Choice | None:
+        """The best slicing of operators ``i..j`` as a group, or None when they cannot form one (or, with
+        a ``cutoff``, when their :meth:`floor` does not beat it); with ``slices``, that slicing only (a
+        recorded plan choice, or a variant the plan search measures)."""
         members = self.ops[i:j + 1]
         windows = [kind_of(m).row_window(m) for m in members]
         if any(w is None for w in windows) or not all(_rows_axis(t) for m in members for t in _sliced_refs(m)):
@@ -148,6 +168,8 @@ class Planner:
         if len(height) != 1:
             return None
         (h_out,) = height
+        if cutoff < math.inf and self.floor(i, j, internal) >= cutoff:
+            return None
         best: Choice | None = None
         seen: set[int] = set()
         tried = 0
@@ -242,12 +264,13 @@ def group_cycles(steps: Sequence[Step], slices: int) -> float:
     """
     if slices == 1 or any(st.spec.inputs[0].dtype.is_quantized for st in steps):
         return sum(st.estimate.cycles for st in steps)
-
-    def busy(e: Estimate) -> int:
-        return max(e.tensor_cycles, e.vector_cycles, e.channel_cycles, e.load_cycles, e.store_cycles)
-
     first, last = steps[0].estimate, steps[-1].estimate
-    return sum(busy(st.estimate) for st in steps) + first.cycles - busy(first) + last.cycles - busy(last)
+    return sum(busiest(st.estimate) for st in steps) + first.cycles - busiest(first) + last.cycles - busiest(last)
+
+
+def busiest(e: Estimate) -> int:
+    """Cycles of an estimate's busiest resource: what it costs when its fill and drain overlap others' work."""
+    return max(e.tensor_cycles, e.vector_cycles, e.channel_cycles, e.load_cycles, e.store_cycles)
 
 
 # --------------------------------------------------------------------- row maths
@@ -400,10 +423,11 @@ def _row_view(t: TensorRef, a: int, b: int, name: str) -> TensorRef:
 
 # ---------------------------------------------------------------------- search
 def interval_dp(n: int, single: Callable[[int], float],
-                group: Callable[[int, int], float | None]) -> tuple[float, list[tuple[int, int]]]:
+                group: Callable[[int, int, float], float | None]) -> tuple[float, list[tuple[int, int]]]:
     """Minimum-cost split of operators ``0..n-1`` into intervals, each a single operator or a group:
     ``cost[i][j] = min(group(i, j), min over k of cost[i][k] + cost[k+1][j])``. Returns the cost and
-    the intervals in order."""
+    the intervals in order. The splits are priced first and ``group(i, j, cutoff)`` told the best of
+    them, so it may skip its search (return None) when it cannot beat ``cutoff``; on a tie the split wins."""
     cost: dict[tuple[int, int], float] = {}
     split: dict[tuple[int, int], int | None] = {}
     for length in range(1, n + 1):
@@ -412,12 +436,14 @@ def interval_dp(n: int, single: Callable[[int], float],
             if i == j:
                 cost[i, j], split[i, j] = single(i), None
                 continue
-            g = group(i, j) if length <= MAX_MEMBERS else None
-            best, arg = (math.inf, None) if g is None else (g, None)
+            best, arg = math.inf, None
             for k in range(i, j):
                 c = cost[i, k] + cost[k + 1, j]
                 if c < best:
                     best, arg = c, k
+            g = group(i, j, best) if length <= MAX_MEMBERS else None
+            if g is not None and g < best:
+                best, arg = g, None
             cost[i, j], split[i, j] = best, arg
 
     def intervals(i: int, j: int) -> list[tuple[int, int]]:
@@ -432,9 +458,11 @@ def search(p: Planner) -> list[tuple[int, int, Choice | None]]:
     interval (``choice`` None for a single operator)."""
     choices: dict[tuple[int, int], Choice | None] = {}
 
-    def group(i: int, j: int) -> float | None:
-        choices[i, j] = p.group(i, j)
-        return None if choices[i, j] is None else choices[i, j].cost
+    def group(i: int, j: int, cutoff: float) -> float | None:
+        # a group must beat its alternative by WIN_MARGIN: estimates within that are too close to call
+        need = cutoff * (1 - WIN_MARGIN)
+        choices[i, j] = p.group(i, j, cutoff=need)
+        return None if choices[i, j] is None or choices[i, j].cost > need else choices[i, j].cost
 
     _, parts = interval_dp(len(p.ops), p.single_cost, group)
     return [(i, j, None if i == j else choices[i, j]) for i, j in parts]

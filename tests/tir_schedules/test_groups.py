@@ -73,15 +73,20 @@ def test_interval_dp_matches_exhaustive_search(data: st.DataObject) -> None:
     table = {(i, j): data.draw(cost, label=f"group {i}..{j}") for i in range(n) for j in range(i + 1, n)}
     asked: list[tuple[int, int]] = []
 
-    def group(i: int, j: int) -> float | None:
+    def group(i: int, j: int, cutoff: float = math.inf) -> float | None:
         asked.append((i, j))
         return None if table[i, j] is None else float(table[i, j])
 
     def single(k: int) -> float:
         return float(singles[k])
 
+    def pruned(i: int, j: int, cutoff: float) -> float | None:  # skips what cannot beat the split
+        c = group(i, j)
+        return None if c is None or c >= cutoff else c
+
     total, parts = groups.interval_dp(n, single, group)
     assert total == _exhaustive(n, single, group)
+    assert groups.interval_dp(n, single, pruned)[0] == total
     assert all(j - i < groups.MAX_MEMBERS for i, j in asked)
     assert [k for i, j in parts for k in range(i, j + 1)] == list(range(n))  # in order, each operator once
     assert sum(single(i) if i == j else group(i, j) for i, j in parts) == total  # no None: a valid group
@@ -431,6 +436,29 @@ def test_plans_with_groups_round_trip_through_json(case: Case) -> None:
     assert any(p.groups for p in plans)
     for plan in plans:
         assert PartitionPlan.from_json(plan.to_json()) == plan
+
+
+@pytest.mark.parametrize("case", [Case("convnet", "NCHW", f"{S2} {K64}"), Case("qdq_chain", "NCHW", f"{S2} {K64}")],
+                         ids=str)
+def test_group_floor_is_below_its_estimate(case: Case) -> None:
+    """The search skips a group whose :meth:`~groups.Planner.floor` does not beat the best split, so the
+    floor must never exceed the group's own estimate: checked on every group the search can form."""
+    seen: list[tuple[int, int, float, float]] = []
+    group = groups.Planner.group
+
+    def unpruned(self: groups.Planner, i: int, j: int, slices: int | None = None,
+                 cutoff: float = math.inf) -> groups.Choice | None:
+        choice = group(self, i, j, slices)
+        if choice is not None:
+            seen.append((i, j, self.floor(i, j, {name for name, _ in choice.buffers}), choice.cost))
+        return choice
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(groups.Planner, "group", unpruned)
+        model, _ = _model(case.model, case.layout)
+        tvm_npu.build_with_info(model, case.target(3))
+    assert seen
+    assert all(floor <= cost for _, _, floor, cost in seen), [x for x in seen if x[2] > x[3]]
 
 
 @pytest.mark.benchmark

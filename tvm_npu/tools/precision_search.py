@@ -101,11 +101,11 @@ class PrecisionChoice:
                  "-" if math.isnan(r.fp16_db) else f"{r.fp16_db:.1f} dB",
                  "-" if math.isnan(r.fp16_db) else f"{r.fp16_extra_cycles:,.0f}", r.precision) for r in self.rows]
         count = {p: sum(r.precision == p for r in self.rows) for p in ("int16", "fp16")}
+        held = (f"no held-out samples (target {self.target_db:g} dB" if math.isnan(self.held_out_db) else
+                f"{self.held_out_db:.1f} dB held out (target {self.target_db:g} dB on both")
         return "\n".join([*columns(head, rows), "",
-                          f"output SQNR against fp32: {self.achieved_db:.1f} dB on the calibration samples, "
-                          + ("no held-out samples (target " if math.isnan(self.held_out_db) else
-                             f"{self.held_out_db:.1f} dB held out (target ") + f"{self.target_db:g} dB on both; all-int8 "
-                          f"{self.int8_db:.1f} dB, all-16-bit {self.int16_db:.1f} dB)",
+                          f"output SQNR against fp32: {self.achieved_db:.1f} dB on the calibration samples, {held}; "
+                          f"all-int8 {self.int8_db:.1f} dB, all-16-bit {self.int16_db:.1f} dB)",
                           f"{count['int16']} of {len(self.rows)} tensors in 16 bits, {count['fp16']} in fp16; cost-"
                           f"model cycles {self.cycles:,.0f} (all-int8 {self.int8_cycles:,.0f}, all-16-bit "
                           f"{self.int16_cycles:,.0f}); {self.quantizations} quantize_static runs",
@@ -279,11 +279,13 @@ def _search(trials: _Trials, hw: HardwareConfig, cost: list[Layer], tensors: lis
     noise16 = {t: max(alone[t].ratio - int16.ratio, 0.0) for t in tensors}
     noise_fp = {t: max(alone[t].ratio - alone_fp[t].ratio, 0.0) for t in candidates}
     ranked = _rank(tensors, noise16, extra16, noise_fp, extra_fp)
+    order = [(t, p) for t, p, _ in ranked]
     chosen: list[tuple[str, str]] = []
     if not trials.meets((none, none), target_db):
-        k = _shortest_prefix(trials, [(t, p) for t, p, _ in ranked], [n for _, _, n in ranked], int16.ratio,
-                             target_db)
-        chosen = [(t, p) for t, p, _ in ranked[:k]]
+        if not trials.meets(_config(order), target_db):  # the cheaper choices fall short: fp16 wherever it can be
+            order = [(t, "fp16" if t in candidates else p) for t, p in order]
+        k = _shortest_prefix(trials, order, [n for _, _, n in ranked], int16.ratio, target_db)
+        chosen = order[:k]
         for item in sorted(chosen, key=lambda x: -(extra16 if x[1] == "int16" else extra_fp)[x[0]]):
             if trials.meets(_config([c for c in chosen if c != item]), target_db):
                 chosen.remove(item)

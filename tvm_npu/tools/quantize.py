@@ -307,12 +307,9 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
     if target_sqnr is not None:
         if int16:
             raise ValueError("give the 16-bit tensors (int16=) or a target SQNR that chooses them, not both")
-        from tvm_npu.tools.precision_search import choose_precisions  # the search; the mechanics stay here
-        quantize = functools.partial(quantize_model, proto, calibration=samples, activations=activations,
-                                     per_channel=per_channel)
-        held_out = random_samples(proto, random, seed + 1) if random is not None else None  # (and for data: none)
-        return choose_precisions(quantize, proto, samples, output, target_sqnr, exclude=exclude,
-                                 held_out=held_out).output
+        held_out = random_samples(proto, random, seed + 1) if random is not None else None  # (for data: none)
+        return _search(proto, samples, held_out, output, target_sqnr, activations=activations,
+                       per_channel=per_channel, exclude=exclude)
     proto = _prepare(proto, MIN_OPSET if int16 is None else INT16_OPSET)
     _check_excluded(proto, exclude)
 
@@ -354,6 +351,15 @@ def quantize_model(model: str | os.PathLike | onnx.ModelProto, output: str | os.
             except Exception as e:
                 raise quantization_error(e, "quantize_static", _load_or(prepared, proto), **options) from e
     return output
+
+
+def _search(proto: onnx.ModelProto, samples: list[Sample], held_out: list[Sample] | None, output: str | os.PathLike,
+            target_sqnr: float, *, exclude: Sequence[str], **settings: str | bool) -> Path:
+    """:func:`tvm_npu.tools.precision_search.choose_precisions` with :func:`quantize_model` as its mechanics."""
+    from tvm_npu.tools.precision_search import choose_precisions  # the search; the mechanics stay here
+
+    quantize = functools.partial(quantize_model, proto, calibration=samples, **settings)
+    return choose_precisions(quantize, proto, samples, output, target_sqnr, exclude=exclude, held_out=held_out).output
 
 
 def _check_excluded(proto: onnx.ModelProto, exclude: Sequence[str]) -> None:
