@@ -254,9 +254,11 @@ def streams_groups(tile: ConvTile) -> bool:
 
 def whole_weights(tile: ConvTile) -> bool:
     """Whether the whole layer's weights (and per-channel epilogue operands) are loaded once (vector tiles:
-    a few bytes per channel); a streaming tensor tile loads its group's with each step's data instead, so
-    the next group's weights arrive while the array computes this one's."""
-    return tile.engine == ConvEngine.VECTOR
+    a few bytes per channel); a streaming tile loads its group tile's with each step's data instead, so
+    the next group's weights arrive while an engine computes this one's. A vector tile may stream them too
+    (``stream_groups``): the first tile then waits for its own channels' weights and operands only, not
+    the whole layer's, which is most of the pipeline fill of a layer of few large tiles."""
+    return tile.engine == ConvEngine.VECTOR and not tile.stream_groups
 
 
 def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
@@ -518,7 +520,7 @@ class Conv2d(OpKind):
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
                 "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines,
                 "skip_rows": [False, True] if skips_rows(spec) else [False],
-                "stream_groups": [False, True] if g > 1 and og > 1 else [False]}
+                "stream_groups": [False, True] if g > 1 and (og > 1 or vector) else [False]}
 
     def fallback_axes(self, spec: Conv2dSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list] | None:
         """Depthwise tiles of fewer groups than :func:`group_quantum`: buffer versions then share an SRAM
@@ -535,6 +537,8 @@ class Conv2d(OpKind):
             return False  # the loop order means nothing when every loop is fused into one
         if tile.engine == ConvEngine.VECTOR and not depthwise(spec):
             return False
+        if tile.stream_groups and tile.engine == ConvEngine.TENSOR and spec.out.dim("C") == spec.groups:
+            return False  # a depthwise tensor tile's weights are a few bytes per group: streamed only on the vector engine
         return tile.tg == 1 or tile.toc == spec.out.dim("C") // spec.groups  # a multi-group tile holds whole groups
 
     def whole_rows(self, spec: Conv2dSpec, tile: ConvTile) -> bool:

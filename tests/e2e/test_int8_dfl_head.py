@@ -46,8 +46,9 @@ def dfl_model() -> onnx.ModelProto:
              helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
              helper.make_node("Softmax", ["t"], ["p"], axis=1),
              helper.make_node("Conv", ["p", "bins"], ["y"])]
-    graph = helper.make_graph(nodes, "dfl", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHANNELS, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, ANCHORS])], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHANNELS, 8, 8])
+    graph = helper.make_graph(nodes, "dfl", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, ANCHORS])],
+                              inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -21,8 +21,11 @@ converted the way users convert theirs, as one last recorded call (``b.precision
 ``quantize_static``, QDQ: symmetric int8 weights per output channel or per tensor, asymmetric 8-bit
 activations calibrated on seeded random samples; the model keeps its float inputs and dequantized
 outputs) and ``fp16`` converts it with ``onnxconverter_common.float16.convert_float_to_float16``
-(fp16 weights, inputs and outputs). The precision and its parameters are drawn after the graph, so a
-graph shrinks the same in every precision.
+(fp16 weights, inputs and outputs). ``int16`` / ``uint16`` quantize it the same way with each activation
+tensor (graph input and every node's output) drawn 8 or 16 bits (int8/int16 or uint8/uint16; A16W8 as
+onnxruntime's ``TensorQuantOverrides`` make it, opset 21), so the 8 <-> 16-bit boundaries fall between any
+two operators and all-8 / all-16 graphs are drawn too. The precision and its parameters are drawn after
+the graph, so a graph shrinks the same in every precision.
 
 Inputs: (N, C, H, W) with N 1-2, C 1-16 and H, W 1-16 (H = W half the time, for the square
 MatMul), one draw in eight up to C 64 / H, W 40 so that the planner has to tile; one graph in five
@@ -69,8 +72,10 @@ MAX_SCALE = 30.0
 #: the largest Flatten a dense layer follows (its weight stays below a few MB)
 MAX_FEATURES = 4096
 #: the model precisions :func:`graphs` can draw (see the module docstring)
-PRECISIONS = ("fp32", "int8", "uint8", "fp16")
-QUANTIZED = ("int8", "uint8")
+PRECISIONS = ("fp32", "int8", "uint8", "fp16", "int16", "uint16")
+QUANTIZED = ("int8", "uint8", "int16", "uint16")
+#: the mixed 8/16-bit precisions and the 8-bit activation type beside their 16-bit tensors
+WIDE = {"int16": "int8", "uint16": "uint8"}
 #: seeded standard-normal samples the quantizer calibrates activation ranges on (as ``tvm-npu quantize
 #: --random 8`` does; the cases then run on other seeded inputs, which may leave the calibrated range)
 CALIBRATION_SAMPLES = 8
@@ -149,7 +154,7 @@ class GraphBuilder:
         self.consumers: dict[str, int] = {}
         self.code: list[str] = [f"b = GraphBuilder(seed={seed}, opset={opset})"]
         self._names: dict[str, int] = {}
-        self._precision: tuple[str, bool, int] = ("fp32", True, 0)
+        self._precision: tuple[str, bool, int, tuple[str, ...]] = ("fp32", True, 0, ())
 
     # ------------------------------------------------------------------------------- plumbing
     def _name(self, prefix: str) -> str:
@@ -327,12 +332,16 @@ class GraphBuilder:
         return self._log(self._node("MatMul", [a.name, b.name], shape, scale), f"matmul({a}, {b})")
 
     # ------------------------------------------------------------------------------- the model
-    def precision(self, precision: str, per_channel: bool = True, calibration_seed: int = 0) -> None:
-        """Make :meth:`model` return the graph in ``precision`` (:func:`convert_precision`); the two
-        quantization parameters matter for ``int8`` / ``uint8`` only (and are recorded only then)."""
+    def precision(self, precision: str, per_channel: bool = True, calibration_seed: int = 0,
+                  wide: Sequence[str] = ()) -> None:
+        """Make :meth:`model` return the graph in ``precision`` (:func:`convert_precision`); the
+        quantization parameters matter for the quantized precisions only (and are recorded only then),
+        ``wide`` (the activation tensors of 16 bits) for ``int16`` / ``uint16`` only."""
         assert precision in PRECISIONS, precision
-        self._precision = (precision, per_channel, calibration_seed)
+        assert not wide or precision in WIDE, (precision, wide)
+        self._precision = (precision, per_channel, calibration_seed, tuple(wide))
         args = f", per_channel={per_channel}, calibration_seed={calibration_seed}" if precision in QUANTIZED else ""
+        args += f", wide={tuple(wide)!r}" if precision in WIDE else ""
         self.code.append(f"b.precision({precision!r}{args})")
 
     def model(self, outputs: Sequence[T] | None = None) -> onnx.ModelProto:
@@ -356,11 +365,12 @@ class GraphBuilder:
 
 
 def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool = True,
-                      calibration_seed: int = 0) -> onnx.ModelProto:
+                      calibration_seed: int = 0, wide: Sequence[str] = ()) -> onnx.ModelProto:
     """``model`` (fp32) as a user would convert it to ``precision``: quantized by
     ``tvm_npu.tools.quantize.quantize_model`` (QDQ, 8-bit activations of that type, calibrated on
-    :data:`CALIBRATION_SAMPLES` random samples drawn with ``calibration_seed``), or converted to fp16
-    by ``onnxconverter_common``; checked by the onnx checker."""
+    :data:`CALIBRATION_SAMPLES` random samples drawn with ``calibration_seed``; for ``int16`` / ``uint16``
+    the activation tensors ``wide`` of 16 bits, the others of 8), or converted to fp16 by
+    ``onnxconverter_common``; checked by the onnx checker."""
     if precision == "fp32":
         return model
     if precision == "fp16":
@@ -381,11 +391,26 @@ def convert_precision(model: onnx.ModelProto, precision: str, per_channel: bool 
         from tvm_npu.tools.quantize import quantize_model
 
         with tempfile.TemporaryDirectory(prefix="tvm-npu-fuzz.") as tmp:
+            wide = _surviving(model, wide, tmp) if precision in WIDE else ()
             path = quantize_model(model, f"{tmp}/model.onnx", random=CALIBRATION_SAMPLES, seed=calibration_seed,
-                                  activations=precision, per_channel=per_channel)
+                                  activations=WIDE.get(precision, precision), per_channel=per_channel,
+                                  int16=list(wide) if precision in WIDE else None)
             converted = onnx.load(str(path))
     onnx.checker.check_model(converted, full_check=True)
     return converted
+
+
+def _surviving(model: onnx.ModelProto, wide: Sequence[str], tmp: str) -> list[str]:
+    """Those of ``wide`` that onnxruntime's pre-processing keeps (it folds a batch norm into its conv,
+    whose output tensor then no longer exists): the quantizer takes overrides for existing tensors only,
+    and a drawn tensor folded away simply has no precision of its own."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    onnx.save(model, f"{tmp}/fp32.onnx")
+    quant_pre_process(f"{tmp}/fp32.onnx", f"{tmp}/prepared.onnx", skip_symbolic_shape=True)
+    prepared = onnx.load(f"{tmp}/prepared.onnx")
+    names = {*(i.name for i in prepared.graph.input), *(o for n in prepared.graph.node for o in n.output)}
+    return [t for t in wide if t in names]
 
 
 def check(model: onnx.ModelProto) -> None:
@@ -641,10 +666,21 @@ def graphs(draw: st.DrawFn, max_nodes: int = 8, precisions: Sequence[str] = ("fp
         b.output(read[len(read) - 1 - draw(st.integers(0, len(read) - 1))])
     precision = draw(st.sampled_from(precisions))  # last: the graph's draws do not depend on it
     if precision in QUANTIZED:
-        b.precision(precision, per_channel=draw(st.booleans()), calibration_seed=draw(st.integers(0, 2**16)))
+        b.precision(precision, per_channel=draw(st.booleans()), calibration_seed=draw(st.integers(0, 2**16)),
+                    wide=_wide_tensors(draw, b) if precision in WIDE else ())
     elif precision != "fp32":
         b.precision(precision)
     return FuzzGraph(b.model(), tuple(b.code), tuple(ops), precision)
+
+
+def _wide_tensors(draw: st.DrawFn, b: GraphBuilder) -> tuple[str, ...]:
+    """The activation tensors of a mixed 8/16-bit graph that are 16 bits: all of them, none, or each
+    drawn (the all-16 draw first, which shrinking aims at: the plain A16W8 model)."""
+    names = [t.name for t in b.tensors]
+    mode = draw(st.sampled_from(["all", "each", "each", "none"]))
+    if mode == "each":
+        return tuple(n for n in names if draw(st.booleans()))
+    return tuple(names) if mode == "all" else ()
 
 
 @st.composite

@@ -244,17 +244,19 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 # ------------------------------------------------------------------------------------------ running
 def model_precision(model: onnx.ModelProto) -> str:
-    """``fp16`` (fp16 inputs), ``int8`` / ``uint8`` (QDQ: the type of its QuantizeLinear's zero
-    point, uint8 without one, as ONNX says) or ``fp32`` (also a model the quantizer left as it was,
-    finding nothing to quantize): which rules judge the case."""
+    """``fp16`` (fp16 inputs), ``int16`` / ``uint16`` (QDQ with a 16-bit QuantizeLinear: 8/16-bit
+    activations), ``int8`` / ``uint8`` (QDQ: the type of its QuantizeLinear's zero point, uint8 without
+    one, as ONNX says) or ``fp32`` (also a model the quantizer left as it was, finding nothing to
+    quantize): which rules judge the case."""
     inits = {i.name: i for i in model.graph.initializer}
     if any(i.type.tensor_type.elem_type == TensorProto.FLOAT16 for i in model.graph.input if i.name not in inits):
         return "fp16"
-    for node in model.graph.node:
-        if node.op_type == "QuantizeLinear":
-            zero_point = inits.get(node.input[2]) if len(node.input) > 2 else None
-            return "int8" if zero_point is not None and zero_point.data_type == TensorProto.INT8 else "uint8"
-    return "fp32"
+    types = [inits[n.input[2]].data_type if len(n.input) > 2 and n.input[2] in inits else TensorProto.UINT8
+             for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    for wide, name in ((TensorProto.INT16, "int16"), (TensorProto.UINT16, "uint16")):
+        if wide in types:
+            return name
+    return ("int8" if types[0] == TensorProto.INT8 else "uint8") if types else "fp32"
 
 
 def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
