@@ -1,11 +1,12 @@
 """Differential fuzzing campaign: random ONNX graphs x random targets, NPU against llvm and onnxruntime.
 
     python benchmarks/fuzz.py --examples 300 --seed 0 [--out benchmarks/results/fuzz] [--timeout 600]
-                              [--precision fp32|int8|uint8|fp16|all] [--minutes M]
+                              [--precision fp32|int8|uint8|fp16|int16|uint16|all] [--minutes M]
 
 The graphs and targets come from ``tests/fuzz/graphs.py`` (hypothesis strategies), the verdict from
 ``tests/fuzz/oracle.py``. ``--precision`` converts every graph to int8 / uint8 (QDQ, onnxruntime's
-quantizer) or fp16, or draws one of the four per case (``all``); ``--minutes`` stops generating
+quantizer; ``int16`` / ``uint16``: each activation tensor 8 or 16 bits, A16W8) or fp16, or draws one of
+them per case (``all``); ``--minutes`` stops generating
 cases after that long (a shrink under way finishes). Every case runs in a worker process, so a crash
 (signal) or a hang (no answer within ``--timeout`` seconds) is a failure of its own and the campaign
 goes on with a fresh worker.

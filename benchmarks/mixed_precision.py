@@ -15,10 +15,14 @@ calibration samples (seed 0), the variants:
   (half and 85% of the way, rounded to 0.1 dB), since a budget outside that range is met by int8 alone
   or by nothing (weights stay int8).
 
-Figures per variant: the output SQNR against fp32 on the calibration samples (what the search meets)
-and on 8 held-out samples (seed 1); the cost model's cycles (datasheet bound per layer,
-:mod:`tvm_npu.tools.layer_cost`); and the build for the default target, run once in timing-only mode:
-simulated NPU cycles and the operators left on the host. Printed and written to ``mixed_precision.json``.
+The search chooses int8, int16 or fp16 per activation tensor and must meet its budget on the calibration
+samples and on 8 held-out samples (seed 1); a choice with fp16 tensors is built for the target it names
+(``npu -precision=fp16``).
+
+Figures per variant: the output SQNR against fp32 on the calibration samples and on the held-out
+samples; the cost model's cycles (datasheet bound per layer, :mod:`tvm_npu.tools.layer_cost`); and the
+build for the default target (or the search's), run once in timing-only mode: simulated NPU cycles and
+the operators left on the host. Printed and written to ``mixed_precision.json``.
 """
 
 from __future__ import annotations

@@ -70,21 +70,31 @@ VELA_CONFIG_NAME = "TvmNpu"  # the ini's system config and memory mode
 GOAL = 0.8  # tvm-npu cycles / Vela cycles
 SEED = 0
 CALIBRATION_SAMPLES = 8
-IMAGE = (1, 224, 224, 3)
+IMAGE = (1, 224, 224, 3)  # NHWC; Keras's default input size for every network below but InceptionV3
 TOP_LAYERS = 10
 
 
 @dataclass(frozen=True)
 class Network:
-    """A Keras application; ``issue_vela_cycles`` is the figure issue 15 quotes (for reference only)."""
+    """A Keras application at its default input size ``image`` (both compilers get the same);
+    ``issue_vela_cycles`` is the figure issue 15 quotes (for reference only; None where it quotes none)."""
 
     keras: str
-    issue_vela_cycles: int
+    issue_vela_cycles: int | None = None
+    image: tuple[int, int, int, int] = IMAGE
 
 
 NETWORKS = {
     "resnet50": Network("ResNet50", 21_951_614),
     "mobilenet_v2": Network("MobileNetV2", 3_133_921),
+    # issue 24: hard-swish and squeeze-excitation; swish and SE; concat and BN after it; pre-activation
+    "mobilenet_v3_small": Network("MobileNetV3Small"),
+    "mobilenet_v3_large": Network("MobileNetV3Large"),
+    "efficientnet_b0": Network("EfficientNetB0"),
+    "densenet121": Network("DenseNet121"),
+    "resnet50_v2": Network("ResNet50V2"),
+    "nasnet_mobile": Network("NASNetMobile"),
+    "inception_v3": Network("InceptionV3", image=(1, 299, 299, 3)),
 }
 
 
@@ -100,7 +110,7 @@ def make_tflite(net: Network, path: Path) -> None:
 
     def representative() -> Iterable[list[np.ndarray]]:
         for _ in range(CALIBRATION_SAMPLES):
-            yield [rng.uniform(-1, 1, IMAGE).astype(np.float32)]
+            yield [rng.uniform(-1, 1, net.image).astype(np.float32)]
 
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -231,8 +241,9 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     vela, vela_layers = run_vela(tflite, args.vela_config, args.work_dir / f"vela_{name}")
     model = onnx.load(onnx_path)
     input_name = model.graph.input[0].name
-    executable, info, build_s = build_model(model, args.target, progress=False, shapes={input_name: IMAGE})
-    x = np.random.default_rng(SEED).integers(-128, 128, IMAGE, dtype=np.int8)
+    image = NETWORKS[name].image
+    executable, info, build_s = build_model(model, args.target, progress=False, shapes={input_name: image})
+    x = np.random.default_rng(SEED).integers(-128, 128, image, dtype=np.int8)
     _, prof, sim_s = profile_model(executable, [x], trace=True, timing_only=True)
     rep = model_report(prof, info)
     macs = int(vela["nn_macs"])
@@ -245,7 +256,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
                "vela_layer": pairs[i]["name"] if i in pairs else None,
                "vela_cycles": pairs[i]["cycles"] if i in pairs else None} for i, x in enumerate(rep.layers)]
     row: dict[str, Any] = {
-        "network": name, "keras": NETWORKS[name].keras, "target": args.target, "macs": macs,
+        "network": name, "keras": NETWORKS[name].keras, "image": list(image), "target": args.target, "macs": macs,
         "our_macs": info.npu_macs + info.host_macs, "vela_cycles": vela_cycles,
         "vela_efficiency": macs / peak / vela_cycles, "issue_vela_cycles": NETWORKS[name].issue_vela_cycles,
         "cycles": rep.cycles, "efficiency": macs / peak / rep.cycles, "ratio": rep.cycles / vela_cycles,
@@ -260,7 +271,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"{name}: tvm-npu {rep.cycles:,} cycles, Vela {vela_cycles:,}: {row['ratio']:.3f}x "
           f"(goal <= {GOAL}x: {'met' if row['goal_met'] else 'MISSED'})", flush=True)
     if args.numerics:
-        static = bind_input_shapes(model, {input_name: IMAGE})
+        static = bind_input_shapes(model, {input_name: image})
         static = onnx.shape_inference.infer_shapes(static)
         row["end_to_end"] = end_to_end_check(static, input_name, x, args.target)
         row["ort_default_kernels"] = ort_kernels(static)
@@ -313,7 +324,8 @@ def markdown(rows: Sequence[dict[str, Any]], cpu_int8: str = "unknown") -> str:
         out.append(f"| {r['keras']} | {r['macs'] / 1e9:.3g} G | {r['vela_cycles']:,} | {r['vela_efficiency']:.3f} | "
                    f"{r['cycles']:,} | {r['efficiency']:.3f} | {r['ratio']:.3f}x | <= {r['goal_cycles'] / 1e6:.2f} M: "
                    f"{'met' if r['goal_met'] else 'MISSED'} |")
-    quoted = [f"{r['keras']} {r['issue_vela_cycles']:,}" for r in rows if r["issue_vela_cycles"] != r["vela_cycles"]]
+    quoted = [f"{r['keras']} {r['issue_vela_cycles']:,}" for r in rows
+              if r["issue_vela_cycles"] not in (None, r["vela_cycles"])]
     if quoted:
         out += ["", f"(Vela's cycles as issue 15 quoted them: {', '.join(quoted)}.)"]
     hosts = [f"{r['keras']}: {', '.join(f'{k} x{v}' for k, v in r['host_ops'].items())}" for r in rows if r["host_ops"]]

@@ -139,8 +139,10 @@ def test_no_layer_of_a_benchmark_model_beats_its_bound(target: str) -> None:
         for run in prof.runs:
             assert run.stats.efficiency <= 1.0, (name, run.symbol, run.stats.efficiency)
         for x in rep.layers:
-            assert 0 < x.efficiency <= x.engine_efficiency <= 1.0, (name, x.name, x.description, x.efficiency,
-                                                                    x.engine_efficiency)
+            # a layer whose operands all stay on chip and which has no MACs has a datasheet bound of 0 (a softmax
+            # at -fusion=2); its engine bound, the vector work, is still positive
+            assert 0 <= x.efficiency <= x.engine_efficiency <= 1.0 and x.engine_efficiency > 0, (
+                name, x.name, x.description, x.efficiency, x.engine_efficiency)
         for g in rep.groups:
             assert 0 < g.efficiency <= 1.0, (name, g.label, g.efficiency)
         worst.append((max(x.efficiency for x in rep.layers), name))

@@ -47,8 +47,8 @@ def dfl_model() -> onnx.ModelProto:
              helper.make_node("Softmax", ["t"], ["p"], axis=1),
              helper.make_node("Conv", ["p", "bins"], ["y"])]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHANNELS, 8, 8])
-    graph = helper.make_graph(nodes, "dfl", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, ANCHORS])],
-                              inits)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, ANCHORS])
+    graph = helper.make_graph(nodes, "dfl", [x], [y], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -59,6 +59,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
     return onnx.load(str(quantize_model(tiny_convnet(), path, random=4, exclude=["b1a_c", "b1b_c"], int16=["gap"])))
 
 
+@pytest.mark.slow  # an NPU and an llvm build of a small network: about 25 s on 2 busy cores
 def test_mixed_int8_int16_fp16_model_runs_every_layer_on_the_npu(mixed: onnx.ModelProto) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -6,13 +6,13 @@ of the project's own errors, or fall back to the host with a ``HostFallbackWarni
 exception, a timeout or a wrong number fails, and hypothesis shrinks it to a minimal graph, printed
 as the ``GraphBuilder`` program that rebuilds it (paste it into ``regressions/test_regressions.py``).
 
-The same graphs also run quantized (int8 / uint8 QDQ from onnxruntime's quantizer: bit-exact
-against llvm, within a quantization step of onnxruntime) and converted to fp16 (within a few ulps of
-llvm); see ``oracle.py``.
+The same graphs also run quantized (int8 / uint8 QDQ from onnxruntime's quantizer, and int16 / uint16:
+each activation tensor 8 or 16 bits, A16W8: bit-exact against llvm, within a quantization step of
+onnxruntime) and converted to fp16 (within a few ulps of llvm); see ``oracle.py``.
 
 The default run is short and deterministic (``derandomize``); the long run is marked ``benchmark``
 (``pytest -m benchmark tests/fuzz``, ``FUZZ_EXAMPLES`` cases, default 300, ``FUZZ_PRECISIONS`` a
-comma-separated subset of fp32,int8,uint8,fp16, default fp32); ``benchmarks/fuzz.py`` runs a
+comma-separated subset of fp32,int8,uint8,fp16,int16,uint16, default fp32); ``benchmarks/fuzz.py`` runs a
 campaign in a separate worker process (crashes and hangs included) and saves reproductions.
 A case that hits a bug listed in ``known_bugs.py`` does not fail these tests (its strict-xfail
 regression test tracks it) but is reported as a ``KnownBugHit`` warning.
@@ -30,12 +30,14 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from onnx import TensorProto
 
 import tvm_npu
 from tvm_npu.testing.graphs import (
     OPSETS,
     PRECISIONS,
     TARGET_OPTIONS,
+    WIDE,
     GraphBuilder,
     ceil_mode_is_ambiguous,
     graphs,
@@ -95,7 +97,7 @@ def test_npu_matches_llvm_and_onnxruntime() -> None:
     _report(hits)
 
 
-@pytest.mark.parametrize("precision", ["int8", "uint8", "fp16"])
+@pytest.mark.parametrize("precision", ["int8", "uint8", "fp16", "int16", "uint16"])
 def test_npu_matches_in_other_precisions(precision: str) -> None:
     """The generated graphs quantized (QDQ) or converted to fp16: a few cases each (graphs of up to
     five nodes, which build faster); ``benchmarks/fuzz.py --precision`` runs more."""
@@ -157,10 +159,63 @@ def test_converted_graphs_are_valid(graph) -> None:
     rebuilds the same model."""
     model = graph.model
     quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
-    assert model_precision(model) == (graph.precision if quantized or graph.precision == "fp16" else "fp32")
+    wide = any(n.op_type == "QuantizeLinear" and _zero_point_type(model, n) in (TensorProto.INT16, TensorProto.UINT16)
+               for n in model.graph.node)
+    expected = WIDE[graph.precision] if graph.precision in WIDE and not wide else graph.precision
+    assert model_precision(model) == (expected if quantized or graph.precision == "fp16" else "fp32")
     outputs = run_onnxruntime(model, random_inputs(model, 0), basic=graph.precision != "fp16")
     assert all(np.isfinite(o).all() for o in outputs)
     assert rebuild(graph.source).SerializeToString() == model.SerializeToString()
+
+
+def _zero_point_type(model: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    inits = {i.name: i for i in model.graph.initializer}
+    return inits[node.input[2]].data_type if len(node.input) > 2 else TensorProto.UINT8
+
+
+@pytest.mark.parametrize("precision", ["int16", "uint16"])
+def test_mixed_graphs_draw_8_and_16_bits_per_tensor(precision: str) -> None:
+    """Over a fixed sample of int16 / uint16 graphs: all-16-bit, all-8-bit and mixed graphs appear, the
+    mixed ones with an 8 -> 16 and a 16 -> 8-bit boundary (a node reading a dequantized tensor of one width
+    whose result is quantized to the other), every 16-bit tensor of the signedness asked for."""
+    kinds: collections.Counter[str] = collections.Counter()
+    boundaries: set[tuple[int, int]] = set()
+    signed = precision == "int16"
+
+    @settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=SUPPRESS)
+    @given(graph=graphs(max_nodes=4, precisions=(precision,)))
+    def sample(graph) -> None:
+        model = graph.model
+        bits = {n.output[0]: 16 if _zero_point_type(model, n) in (TensorProto.INT16, TensorProto.UINT16) else 8
+                for n in model.graph.node if n.op_type == "QuantizeLinear"}
+        assert {_zero_point_type(model, n) for n in model.graph.node if n.op_type == "QuantizeLinear"} <= (
+            {TensorProto.INT8, TensorProto.INT16} if signed else {TensorProto.UINT8, TensorProto.UINT16})
+        if bits:
+            kinds[{frozenset({16}): "16", frozenset({8}): "8"}.get(frozenset(bits.values()), "mixed")] += 1
+        width = {n.output[0]: bits[n.input[0]] for n in model.graph.node
+                 if n.op_type == "DequantizeLinear" and n.input[0] in bits}  # dequantized value: its width
+        for n in model.graph.node:
+            if n.op_type == "QuantizeLinear" and n.input[0] not in width:  # a quantized operator's result
+                producer = next((p for p in model.graph.node if n.input[0] in p.output), None)
+                for i in producer.input if producer is not None else ():
+                    if i in width:
+                        boundaries.add((width[i], bits[n.output[0]]))
+
+    sample()
+    assert {"16", "8", "mixed"} <= set(kinds), kinds
+    assert {(8, 16), (16, 8), (16, 16)} <= boundaries, boundaries
+
+
+def test_model_precision_reads_16_bit_activations() -> None:
+    """A QDQ model with any 16-bit QuantizeLinear is judged as mixed 8/16 bits, of its signedness."""
+    b = GraphBuilder(seed=0, opset=13)
+    x = b.input((1, 3, 6, 6))
+    t = b.conv(x, out_channels=4, kernel=(3, 3), strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1),
+               group=1, bias=True)
+    y = b.unary(t, "Relu")  # (the quantizer quantizes the conv and relu as one: y, not t)
+    for precision, wide, want in (("int16", (y.name,), "int16"), ("uint16", ("x0",), "uint16"), ("int16", (), "int8")):
+        b.precision(precision, wide=wide)
+        assert model_precision(b.model()) == want
 
 
 def test_fp16_conversion_of_a_max_reading_an_output() -> None:

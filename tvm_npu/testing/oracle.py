@@ -37,10 +37,13 @@ output computed in float from dequantized tensors (operators the quantizer leave
 Min, Tanh, ReduceMean) follows the fp32 rule against llvm (those operators may run on the NPU in
 fp32), and against onnxruntime may be off by one step of each quantized tensor it is computed from
 (:func:`output_units`). Where the NPU is bit-exact with llvm and both are off onnxruntime, the tie
-arbiter (:func:`tie_arbiter`) looks for the first 8-bit tensor llvm and onnxruntime differ in: when
+arbiter (:func:`tie_arbiter`) looks for the first quantized tensor llvm and onnxruntime differ in: when
 every difference there is a value exactly half a step between two (an average pool's often are),
 which the integer kernels round half to even and onnxruntime's fp32 float path to either side, the
 case is ``ill-conditioned`` (kind ``ties``; a wrong number after such a tie would hide in that case).
+Mixed 8/16-bit models (``int16`` / ``uint16``, A16W8) follow the same rules; a 16-bit step is 256 times
+finer, so onnxruntime's own float32 sums decide more roundings and the tie band grows with a value's
+size in steps (:data:`TIE_ROUNDINGS`).
 
 fp16 models: the NPU against llvm only: no NaN or inf where llvm is finite, and every element within
 :data:`FP16_ULPS` fp16 ulps of the output's largest magnitude (the constant says why); beyond that,
@@ -90,6 +93,10 @@ QUANT_UNEQUAL_SHARE = 1e-3
 #: a float value within this many quantization steps of half a step is a tie (:func:`tie_arbiter`): fp32
 #: rounding of a few operations on values of up to 2**8 steps moves them by about 2**8 * 2**-24 * ops
 TIE_STEPS = 1e-3
+#: ... and of a value of more steps (a 16-bit tensor's reach 2**15), this many times 2**-24 of its own
+#: size in steps: the same allowance of about 64 fp32 roundings, TIE_STEPS at 2**8 steps (a 16-bit step
+#: is 256 times finer, so onnxruntime's float32 path decides some roundings: docs, "16-bit activations")
+TIE_ROUNDINGS = 64
 #: fp16 against llvm: every element within this many ulps of the output's largest magnitude (2**-10
 #: of it per ulp). Both accumulate in fp32 and round once per operator, so an operator's result differs
 #: by one ulp where the two fp32 sums (other order) straddle a rounding point; the NPU also rounds fewer
@@ -105,6 +112,8 @@ FP16_ULP = 2.0**-10  # of a value's magnitude, an upper bound of its fp16 ulp
 #: output of float operators on dequantized tensors is off by at most one step of each such tensor
 GAIN_ONE = frozenset({"Add", "Sub", "Max", "Min", "Relu", "Clip", "Sigmoid", "Tanh", "ReduceMean", "MaxPool",
                       "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Identity"})
+#: graph outputs of these types are quantized values themselves (step 1)
+INTEGER_OUTPUTS = (TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16)
 #: those of them whose second input is an operand too (not a bound or a shape)
 BINARY_INPUTS = frozenset({"Add", "Sub", "Max", "Min"})
 REPO = Path(__file__).resolve().parents[2]
@@ -476,7 +485,7 @@ def output_units(model: onnx.ModelProto) -> list[tuple[bool, float, float]]:
     units = []
     for out in model.graph.output:
         node = producer.get(out.name)
-        if out.type.tensor_type.elem_type in (TensorProto.INT8, TensorProto.UINT8):
+        if out.type.tensor_type.elem_type in INTEGER_OUTPUTS:
             units.append((True, 1.0, 1.0))
         elif node is not None and node.op_type == "DequantizeLinear" and node.input[1] in inits \
                 and inits[node.input[1]].size == 1:
@@ -604,14 +613,14 @@ def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> str:
         if np.array_equal(ours, theirs):
             continue
         steps = ort[node.input[0]].astype(np.float64) / float(nh.to_array(inits[node.input[1]]))
-        tie = np.abs(steps - np.floor(steps) - 0.5) <= TIE_STEPS
+        tie = np.abs(steps - np.floor(steps) - 0.5) <= np.maximum(TIE_STEPS, np.abs(steps) * 2.0**-24 * TIE_ROUNDINGS)
         off = ours != theirs
         where = f"{node.output[0]}: {int(off.sum())}/{off.size} elements differ"
         if np.all(np.abs(ours - theirs)[off] == 1) and np.all(tie[off]):
-            return f"rounding at ties: the first 8-bit tensor llvm and onnxruntime differ in is {where}, each a tie"
-        return (f"not ties: the first 8-bit tensor llvm and onnxruntime differ in is {where}, "
+            return f"rounding at ties: the first quantized tensor llvm and onnxruntime differ in is {where}, each a tie"
+        return (f"not ties: the first quantized tensor llvm and onnxruntime differ in is {where}, "
                 f"{int((off & ~tie).sum())} of them not at a tie")
-    return "llvm and onnxruntime agree on every 8-bit tensor"
+    return "llvm and onnxruntime agree on every quantized tensor"
 
 
 # ------------------------------------------------------------------------------------------ fp16
