@@ -254,38 +254,9 @@ def streams_groups(tile: ConvTile) -> bool:
 
 def whole_weights(tile: ConvTile) -> bool:
     """Whether the whole layer's weights (and per-channel epilogue operands) are loaded once (vector tiles:
-    a few bytes per channel); a streaming tile loads its group tile's with each step's data instead, so
-    the next group's weights arrive while an engine computes this one's. A vector tile may stream them too
-    (``stream_groups``): the first tile then waits for its own channels' weights and operands only, not
-    the whole layer's, which is most of the pipeline fill of a layer of few large tiles."""
-    return tile.engine == ConvEngine.VECTOR and not tile.stream_groups
-
-
-def vector_streaming_pays(spec: Conv2dSpec, hw: HardwareConfig) -> bool:
-    """Whether a depthwise layer's vector tiles may stream their weights (``ConvTile.stream_groups``).
-
-    Streaming shortens the pipeline fill (the first tile waits for its own channels' weights and
-    operands, not the layer's) but adds a weights descriptor and one per per-channel operand to every
-    step, each paying the DMA latency on the load engine. That pays only where the vector engine, not
-    the DMA, binds the layer: the flow model sees the shorter fill but not the latency the extra
-    descriptors expose on a busy DRAM channel (a DMA-bound fp32 layer measured 14% slower streamed).
-    Priced at the smallest tiles the search offers (``group_quantum`` groups, whole maps).
-    """
-    kh, kw = spec.kernel
-    outs = spec.out.dim("N") * spec.groups * spec.out.dim("H") * spec.out.dim("W")
-    per_channel = sum(1 for e in spec.epilogue if e.operand is not None and e.broadcast == Broadcast.CHANNEL)
-    steps = spec.out.dim("N") * _ceil(spec.groups, group_quantum(spec, hw))
-    vector = timing.vector_cycles(hw, outs, kh * kw) + vector_cycles(hw, spec, outs)
-    nbytes = sum(t.nbytes for t in (spec.data, spec.weight, spec.out)) + sum(
-        e.operand.nbytes for e in spec.epilogue if e.operand is not None)
-    dma = nbytes / hw.dram_bytes_per_cycle + steps * (3 + per_channel) * hw.dma_latency
-    return vector > dma
-
-
-def _streams_once(spec: Conv2dSpec, tile: ConvTile) -> bool:
-    """Whether a vector tile's streamed weights load once each: several group tiles, each a whole map (a
-    spatial split would reload them per spatial tile; one group tile has no later weights to overlap)."""
-    return tile.tg < spec.groups and tile.toh >= spec.out.dim("H") and tile.tow >= spec.out.dim("W")
+    a few bytes per channel); a streaming tensor tile loads its group's with each step's data instead, so
+    the next group's weights arrive while the array computes this one's."""
+    return tile.engine == ConvEngine.VECTOR
 
 
 def _window(spec: Conv2dSpec, tile: ConvTile) -> tuple[int, int]:
@@ -547,8 +518,7 @@ class Conv2d(OpKind):
         return {"toc": toc, "toh": tile_extents(oh, 1, opts, limit=16), "tow": tile_extents(ow, 1, opts, limit=4),
                 "tic": tic, "order": list(Order), "stages": [opts.pipeline_stages], "tg": tg, "engine": engines,
                 "skip_rows": [False, True] if skips_rows(spec) else [False],
-                "stream_groups": [False, True] if g > 1 and (og > 1 or (vector and vector_streaming_pays(spec, hw)))
-                else [False]}
+                "stream_groups": [False, True] if g > 1 and og > 1 else [False]}
 
     def fallback_axes(self, spec: Conv2dSpec, hw: HardwareConfig, opts: CompilerOptions) -> dict[str, list] | None:
         """Depthwise tiles of fewer groups than :func:`group_quantum`: buffer versions then share an SRAM
@@ -564,10 +534,6 @@ class Conv2d(OpKind):
         if streams_groups(tile) and tile.order != Order.B_STATIONARY:
             return False  # the loop order means nothing when every loop is fused into one
         if tile.engine == ConvEngine.VECTOR and not depthwise(spec):
-            return False
-        if tile.stream_groups and tile.engine == ConvEngine.TENSOR and spec.out.dim("C") == spec.groups:
-            return False  # a depthwise tensor tile's weights (a few bytes per group) stream only on the vector engine
-        if tile.stream_groups and tile.engine == ConvEngine.VECTOR and not _streams_once(spec, tile):
             return False
         return tile.tg == 1 or tile.toc == spec.out.dim("C") // spec.groups  # a multi-group tile holds whole groups
 

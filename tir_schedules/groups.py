@@ -52,9 +52,6 @@ BUFFER_SHARE = 0.5
 #: A group is chosen only when its estimate beats the ungrouped alternative by this share: its
 #: estimate is within a few percent of the simulator, so a closer win may be a loss (issue 27).
 WIN_MARGIN = 0.01
-#: A group whose estimate with its members' own tiles is within this share of winning gets its steps'
-#: tiles searched (measured on SqueezeNet int8: the search improves such estimates by 1-3%).
-REFINE_SLACK = 0.05
 
 Rows = tuple[int, int]
 _TOO_BIG = object()
@@ -121,14 +118,9 @@ class Planner:
             raise tile_search.NoTileFits(f"{self.ops[k].name}: no tile fits the SRAM")
         return best[1].cycles
 
-    def group(self, i: int, j: int, slices: int | None = None, cutoff: float = math.inf) -> Choice | None:
+    def group(self, i: int, j: int, slices: int | None = None) -> Choice | None:
         """The best slicing of operators ``i..j`` as a group, or None when they cannot form one; with
-        ``slices``, that slicing only (a recorded plan choice, or a variant the plan search measures).
-
-        With a ``cutoff`` (what the group must cost less than to be chosen), the steps first take their
-        members' own tiles (:meth:`_seed`): a cheap estimate that the full tile search can only improve
-        on. Only a group that this estimate puts within ``REFINE_SLACK`` of the cutoff gets its steps'
-        tiles searched (most candidate groups are far from winning; their search was most of the build)."""
+        ``slices``, that slicing only (a recorded plan choice, or a variant the plan search measures)."""
         members = self.ops[i:j + 1]
         windows = [kind_of(m).row_window(m) for m in members]
         if any(w is None for w in windows) or not all(_rows_axis(t) for m in members for t in _sliced_refs(m)):
@@ -159,19 +151,6 @@ class Planner:
         if len(height) != 1:
             return None
         (h_out,) = height
-        args = (i, windows, internal, external, h_out, slices, members)
-        if cutoff == math.inf:
-            return self._best_slicing(*args, seeded=False)
-        quick = self._best_slicing(*args, seeded=True)
-        if quick is None or quick.cost >= cutoff * (1 + REFINE_SLACK):
-            return quick
-        full = self._best_slicing(*args, seeded=False)
-        return quick if full is None or quick.cost <= full.cost else full
-
-    def _best_slicing(self, i: int, windows, internal: set[str], external: Sequence[TensorRef], h_out: int,
-                      slices: int | None, members: Sequence[OpSpec], seeded: bool) -> Choice | None:
-        """The cheapest of the first ``SLICINGS_TRIED`` slice counts whose intermediates fit (``slices``:
-        that count only); ``seeded``: steps take their members' own tiles where these fit."""
         best: Choice | None = None
         seen: set[int] = set()
         tried = 0
@@ -181,7 +160,7 @@ class Planner:
             if count in seen or (slices is not None and count != n):
                 continue
             seen.add(count)
-            choice = self._slicing(i, windows, internal, external, rows, count, members, seeded)
+            choice = self._slicing(i, windows, internal, external, rows, count, members)
             if choice is _TOO_BIG:
                 continue
             tried += 1
@@ -193,7 +172,7 @@ class Planner:
 
     # ----------------------------------------------------------------- slicing
     def _slicing(self, first: int, windows, internal: set[str], external: Sequence[TensorRef],
-                 rows: int, slices: int, members: Sequence[OpSpec], seeded: bool) -> Choice | object | None:
+                 rows: int, slices: int, members: Sequence[OpSpec]) -> Choice | object | None:
         """The group cut into ``slices`` slices of ``rows`` output rows: None when a step has no tile,
         ``_TOO_BIG`` when the intermediates alone take too much of the SRAM."""
         hw = self.target.hw
@@ -230,7 +209,7 @@ class Planner:
             for k, spec in specs:
                 if spec is None:
                     continue
-                best = self._tile(spec, limit, self._seed(first + k, spec, limit) if seeded else None)
+                best = self._tile(spec, limit, self._seed(first + k, spec, limit))
                 if best is None:
                     return None
                 steps.append(Step(k, s, spec, *best))
@@ -482,9 +461,8 @@ def search(p: Planner) -> list[tuple[int, int, Choice | None]]:
 
     def group(i: int, j: int, cutoff: float) -> float | None:
         # a group must beat its alternative by WIN_MARGIN: estimates within that are too close to call
-        need = cutoff * (1 - WIN_MARGIN)
-        choices[i, j] = p.group(i, j, cutoff=need)
-        return None if choices[i, j] is None or choices[i, j].cost > need else choices[i, j].cost
+        choices[i, j] = p.group(i, j)
+        return None if choices[i, j] is None or choices[i, j].cost > cutoff * (1 - WIN_MARGIN) else choices[i, j].cost
 
     _, parts = interval_dp(len(p.ops), p.single_cost, group)
     return [(i, j, None if i == j else choices[i, j]) for i, j in parts]

@@ -45,6 +45,18 @@ def test_vela_summary_and_per_layer_csv(tmp_path: Path) -> None:
         vela_csv.read_vela_summary(bad)
 
 
+def test_vela_cpu_operators_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "vela.log"
+    log.write_text("Network summary for net\nAccelerator configuration  Ethos_U65_256\n"
+                   "CPU operators = 12 (21.4%)\nNPU operators = 44 (78.6%)\n")
+    assert vela_csv.read_vela_cpu_operators(log) == 12
+    log.write_text("CPU operators = 0 (0.0%)\nNPU operators = 175 (100.0%)\n")
+    assert vela_csv.read_vela_cpu_operators(log) == 0
+    log.write_text("Warning: vela failed\n")
+    with pytest.raises(ValueError, match="CPU operators"):
+        vela_csv.read_vela_cpu_operators(log)
+
+
 def test_layers_pair_in_order_by_mac_count() -> None:
     ours = [SimpleNamespace(macs=m) for m in (100, 0, 50, 50, 7)]
     vela = [{"name": n, "macs": m} for n, m in (("a", 100), ("b", 50), ("pool", 0), ("c", 50), ("d", 8))]

@@ -41,6 +41,8 @@ arbiter (:func:`tie_arbiter`) looks for the first quantized tensor llvm and onnx
 every difference there is a value exactly half a step between two (an average pool's often are),
 which the integer kernels round half to even and onnxruntime's fp32 float path to either side, the
 case is ``ill-conditioned`` (kind ``ties``; a wrong number after such a tie would hide in that case).
+The same arbiter settles a difference between the NPU and llvm (with llvm's float values): a float
+operator left between dequantize and quantize (a fallback region) sums in another order on the two.
 Mixed 8/16-bit models (``int16`` / ``uint16``, A16W8) follow the same rules; a 16-bit step is 256 times
 finer, so onnxruntime's own float32 sums decide more roundings and the tie band grows with a value's
 size in steps (:data:`TIE_ROUNDINGS`).
@@ -421,7 +423,7 @@ def run_case(model: onnx.ModelProto, target: str, seed: int = 0, timeout: float 
     elif precision == "fp32":
         status, kind, detail = _judge_fp32(model, feeds, got, reference, expected)
     else:
-        status, kind, detail = _judge_quantized(model, feeds, got, reference, expected)
+        status, kind, detail = _judge_quantized(model, feeds, got, reference, expected, target)
     seconds = time.perf_counter() - t0
     if status == "match" and fallbacks:
         return Outcome("fallback", "HostFallbackWarning", seconds=seconds, **common)
@@ -548,9 +550,11 @@ def _bit_exact(got: Sequence[np.ndarray], reference: Sequence[np.ndarray], model
 
 
 def _judge_quantized(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: Sequence[np.ndarray],
-                     reference: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> Verdict:
-    """8-bit: bit-exact against llvm, within a step on rare elements against onnxruntime (module doc);
-    beyond that, the tie arbiter when the NPU is bit-exact with llvm."""
+                     reference: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                     target: str | None = None) -> Verdict:
+    """Quantized: bit-exact against llvm, within a step on rare elements against onnxruntime (module doc);
+    beyond that, the tie arbiter: between the NPU (built for ``target``) and llvm where they differ, else
+    between llvm and onnxruntime."""
     units = output_units(model)
     names = [o.name for o in model.graph.output]
     if len(got) != len(expected):
@@ -572,7 +576,10 @@ def _judge_quantized(model: onnx.ModelProto, feeds: dict[str, np.ndarray], got: 
               f"llvm vs onnxruntime: {ref_off_ort or 'matches'}\n"
               f"quantized operators (results that go through QuantizeLinear): {', '.join(requantized) or 'none'}")
     if off_llvm:
-        return "failure", "mismatch-vs-llvm", detail
+        verdict = tie_arbiter(model, feeds, target)
+        detail += f"\nties (NPU vs llvm): {verdict}"
+        return ("ill-conditioned", "ties", detail) if verdict.startswith("rounding at ties") else \
+            ("failure", "mismatch-vs-llvm", detail)
     verdict = tie_arbiter(model, feeds)
     detail += f"\nties: {verdict}"
     if verdict.startswith("rounding at ties"):
@@ -589,38 +596,46 @@ def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelPro
     return m
 
 
-def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> str:
-    """Settle an 8-bit disagreement with onnxruntime that llvm shares (the NPU being bit-exact with it):
-    llvm and onnxruntime run the model with every QuantizeLinear's 8-bit result as an output too
-    (onnxruntime its float input as well), and the first one, in graph order, where they differ decides.
-    When every difference there is one step where onnxruntime's float value is within
-    :data:`TIE_STEPS` of half a step, the value is a tie in exact arithmetic (a k x k average of values
-    on one grid often is x.5), which the integer kernels round half to even and the float path's fp32
-    rounding pushes to either side: rounding at ties, and every later difference follows from it."""
+def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray], target: str | None = None) -> str:
+    """Settle a quantized disagreement with onnxruntime that llvm shares (the NPU being bit-exact with it),
+    or, given ``target``, one of the NPU with llvm: the two run the model with every QuantizeLinear's
+    result as an output too (and onnxruntime, resp. llvm, its float input as well), and the first one, in
+    graph order, where they differ decides. When every difference there is one step where that float
+    value is within :data:`TIE_STEPS` (:data:`TIE_ROUNDINGS` for values of many steps) of half a step, the
+    value is a tie in exact arithmetic (a k x k average of values on one grid often is x.5), which the
+    integer kernels round half to even and a float path's fp32 rounding pushes to either side (a float
+    operator left between dequantize and quantize sums in another order on the NPU than in llvm, which at
+    16 bits decides a tie now and then): rounding at ties, and every later difference follows from it."""
     inits = {i.name: i for i in model.graph.initializer}
     quantize = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    pair = ("llvm", "onnxruntime") if target is None else ("the NPU", "llvm")
     try:
         probe = _with_outputs(model, [n.output[0] for n in quantize])
-        names = [o.name for o in probe.graph.output]
-        llvm = dict(zip(names, run_vm(tvm_npu.build_reference(probe), probe, feeds), strict=True))
-        ort_probe = _with_outputs(probe, [n.input[0] for n in quantize if n.input[0] not in feeds])
-        ort = dict(zip([o.name for o in ort_probe.graph.output], run_onnxruntime(ort_probe, feeds, basic=True),
-                       strict=True)) | feeds
+        wide = _with_outputs(probe, [n.input[0] for n in quantize if n.input[0] not in feeds])
+        names = [o.name for o in wide.graph.output]
+        llvm = dict(zip(names, run_vm(tvm_npu.build_reference(wide), wide, feeds), strict=True)) | feeds
+        if target is None:
+            ort = dict(zip(names, run_onnxruntime(wide, feeds, basic=True), strict=True)) | feeds
+            first, second = llvm, ort
+        else:
+            with own_errors_cross_ffi():
+                npu = run_vm(tvm_npu.build(probe, target), probe, feeds)
+            first, second = dict(zip([o.name for o in probe.graph.output], npu, strict=True)), llvm
     except Exception as e:  # the arbiter is optional: without it the mismatch stands
         return f"not available ({type(e).__name__}: {str(e)[:200]})"
     for node in quantize:
-        ours, theirs = llvm[node.output[0]].astype(np.int64), ort[node.output[0]].astype(np.int64)
+        ours, theirs = first[node.output[0]].astype(np.int64), second[node.output[0]].astype(np.int64)
         if np.array_equal(ours, theirs):
             continue
-        steps = ort[node.input[0]].astype(np.float64) / float(nh.to_array(inits[node.input[1]]))
+        steps = second[node.input[0]].astype(np.float64) / float(nh.to_array(inits[node.input[1]]))
         tie = np.abs(steps - np.floor(steps) - 0.5) <= np.maximum(TIE_STEPS, np.abs(steps) * 2.0**-24 * TIE_ROUNDINGS)
         off = ours != theirs
-        where = f"{node.output[0]}: {int(off.sum())}/{off.size} elements differ"
+        where = f"the first quantized tensor {pair[0]} and {pair[1]} differ in is {node.output[0]}: " \
+                f"{int(off.sum())}/{off.size} elements differ"
         if np.all(np.abs(ours - theirs)[off] == 1) and np.all(tie[off]):
-            return f"rounding at ties: the first quantized tensor llvm and onnxruntime differ in is {where}, each a tie"
-        return (f"not ties: the first quantized tensor llvm and onnxruntime differ in is {where}, "
-                f"{int((off & ~tie).sum())} of them not at a tie")
-    return "llvm and onnxruntime agree on every quantized tensor"
+            return f"rounding at ties: {where}, each a tie"
+        return f"not ties: {where}, {int((off & ~tie).sum())} of them not at a tie"
+    return f"{pair[0]} and {pair[1]} agree on every quantized tensor"
 
 
 # ------------------------------------------------------------------------------------------ fp16

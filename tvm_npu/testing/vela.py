@@ -4,6 +4,7 @@ and pairing its layers with ours."""
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,16 @@ def read_vela_summary(path: Path) -> dict[str, Any]:
         except ValueError:
             out[k] = v
     return out
+
+
+def read_vela_cpu_operators(log: Path) -> int:
+    """How many operators Vela left on the CPU, from its printed summary (``CPU operators = N (x%)``). Its
+    cycles cover only the NPU part, so a comparison with them holds only at 0 (a Keras model with a dynamic
+    H and W, e.g. MobileNetV3 built without ``input_shape``, leaves everything after the first reshape there)."""
+    found = re.search(r"^CPU operators = (\d+)", log.read_text(), re.MULTILINE)
+    if found is None:
+        raise ValueError(f"{log}: no 'CPU operators = N' line; expected the output of Vela 5")
+    return int(found.group(1))
 
 
 def read_vela_layers(path: Path) -> list[dict[str, Any]]:
