@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from tvm_npu.simulator import ProgramBuilder, isa
+from tvm_npu.tir_schedules import kind_of
 
 from tvm_npu.config import HardwareConfig
 from tvm_npu.core.ops import OpSpec, TensorRef
@@ -17,6 +18,7 @@ from tvm_npu.core.views import map_refs, without_views
 from .compile_op import Compiled, Dump
 from .compile_op import compile_spec as _compile
 from .emit import OperatorEmitter, Resident
+from .resize import emit_resize
 from .sync import insert_semaphores
 from .worker import compile_all
 
@@ -83,8 +85,8 @@ def precompile(operators: Iterable[tuple[OpSpec, TileParams]]) -> None:
     """Compile the distinct (canonical) operators not cached yet, in worker processes when there are
     enough of them (:func:`worker_count`, :mod:`.worker`); otherwise nothing happens here and each is
     compiled when first emitted. The workers are gone when this returns."""
-    todo = list(dict.fromkeys(key for spec, tile in operators
-                              if (key := (canonical(spec)[0], tile)) not in _COMPILED))
+    todo = list(dict.fromkeys(key for spec, tile in operators if not kind_of(spec).direct
+                              and (key := (canonical(spec)[0], tile)) not in _COMPILED))
     workers = worker_count(len(todo))
     if workers:
         for key, value in compile_all(todo, workers, _compile).items():
@@ -97,7 +99,15 @@ def compile_operator(asm: ProgramBuilder, spec: OpSpec, tile: TileParams, layer:
     released again afterwards. ``resident`` names the on-chip intermediates it reads or writes.
 
     With ``dump`` the operator is compiled under its own names (the dumps show them); otherwise
-    its canonical form comes from the cache (the same instructions either way)."""
+    its canonical form comes from the cache (the same instructions either way). A kind without a TIR
+    template (``kind.direct``: a resize) is emitted from its spec."""
+    if kind_of(spec).direct:
+        if dump is not None:
+            dump("0_spec", f"{spec}\n{tile}\n")
+        mark = asm.sram_mark()
+        emit_resize(asm, spec, tile, layer, resident or {})
+        asm.sram_release(mark)
+        return
     if dump is not None:
         comp, names = _compile(spec, tile, dump), {}
     else:

@@ -27,6 +27,8 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from tvm_npu.config import NpuTarget
+
 from .conv_transpose import conv_transpose_as_convs
 from .dequantize_views import dequantize_views
 from .extract import const_array, static_shape
@@ -524,7 +526,8 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.activations": "exporter forms of ReLU6, swish, hard sigmoid / swish -> one form each",
     "npu.canonicalize.pad": "the importer's constant Pad (a call_tir of topi's pad) -> nn.pad, folded into its reader",
     "npu.canonicalize.split": "each output of a split -> the strided slice it is (a view on the NPU)",
-    "npu.canonicalize.resize": "resize2d -> a broadcast view (nearest integer upsampling) or two matrix products",
+    "npu.canonicalize.resize": "resize2d -> a broadcast view (nearest integer upsampling), the resize operator "
+                               "(linear, when cheaper) or two matrix products",
     "npu.canonicalize.conv-transpose": "conv2d_transpose -> interleaved phase convolutions (stride-squared)",
     "npu.canonicalize.qdq": "QDQ regions -> integer operators",
     "npu.canonicalize.fold-constants": "constant folding",
@@ -543,10 +546,11 @@ CANONICALIZE_REWRITES: dict[str, str] = {
 }
 
 
-def canonicalize_passes() -> list[tvm.transform.Pass]:
+def canonicalize_passes(target: NpuTarget | None = None) -> list[tvm.transform.Pass]:
     """The Relax clean-up that runs before partitioning, in order (QDQ first: constant folding
     would turn the 8-bit weights into fp32 ones). Every rewrite has a name of
-    :data:`CANONICALIZE_REWRITES` that ``PassContext(disabled_pass=[...])`` turns it off with."""
+    :data:`CANONICALIZE_REWRITES` that ``PassContext(disabled_pass=[...])`` turns it off with.
+    ``target`` (default: the default target) decides by cost which form a linear resize takes."""
     return [
         named("npu.canonicalize.reduce-of-stack", simplify_reduce_of_stack),  # first: a quantized residual Sum
         # is an add for the QDQ rewrite
@@ -554,7 +558,8 @@ def canonicalize_passes() -> list[tvm.transform.Pass]:
         # the QDQ rewrite too
         named("npu.canonicalize.pad", pads_as_operators),  # before QDQ: a float pad on an 8-bit path
         named("npu.canonicalize.split", split_to_slices),  # before QDQ: an 8-bit slice is same-scale
-        named("npu.canonicalize.resize", resize_forms),  # before QDQ: it takes the 8-bit nearest form itself
+        # before QDQ: it takes the 8-bit nearest form itself
+        named("npu.canonicalize.resize", resize_forms(target or NpuTarget())),
         named("npu.canonicalize.conv-transpose", conv_transpose_as_convs),  # before QDQ: makes 8-bit phase convs
         named("npu.canonicalize.qdq", qdq_to_integer),
         named("npu.canonicalize.fold-constants", fold_constants),

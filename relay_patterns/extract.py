@@ -39,6 +39,7 @@ from tvm_npu.core.ops import (
     OpSpec,
     PoolKind,
     PoolSpec,
+    ResizeSpec,
     RowKind,
     RowwiseSpec,
     TensorRef,
@@ -47,6 +48,7 @@ from tvm_npu.core.ops import (
 
 from .qdivide import quotient_of
 from .qlut import table_of
+from .resize_taps import COORDINATES, linear_taps
 from .symbolic import probe_dim
 
 GenericConst = tvm.ir.expr.GenericConst
@@ -382,7 +384,23 @@ def _layer_norm(call: relax.Call, region: _Region, out_name: str) -> RowwiseSpec
                        kind=RowKind.LAYER_NORM, gamma=params[0], beta=params[1], eps=float(attrs.epsilon))
 
 
+def _resize2d(call: relax.Call, region: _Region, out_name: str) -> ResizeSpec:
+    """A linear float32 NCHW resize (``npu.canonicalize.resize`` leaves one here when this operator beats the
+    matrix products): its taps per output row and column, fixed now."""
+    a = call.attrs
+    coord = str(a.coordinate_transformation_mode)
+    shape, dtype = tensor_type(call)
+    if str(a.method) != "linear" or str(a.layout) != "NCHW" or dtype != DType.FP32 or coord not in COORDINATES:
+        raise ValueError(f"a {a.method} {dtype.np.name} {a.layout} resize ({coord}) is not the resize operator's; "
+                         f"it takes linear float32 NCHW with {', '.join(COORDINATES)}")
+    data = region.ref(call.args[0], "NCHW")
+    return ResizeSpec("resize", TensorRef(out_name, shape, dtype, "NCHW"), data=data,
+                      rows=linear_taps(coord, data.shape[2], shape[2]),
+                      cols=linear_taps(coord, data.shape[3], shape[3]))
+
+
 _MAIN_OPS: dict[str, Callable[[relax.Call, _Region, str], OpSpec]] = {
+    "relax.image.resize2d": _resize2d,
     "relax.nn.softmax": _softmax,
     "relax.nn.layer_norm": _layer_norm,
     "relax.nn.conv2d": _conv2d,

@@ -294,6 +294,8 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
         add(f"{PREFIX}.{name}", is_op(op)(wildcard()))
     for name, op in ROWWISE.items():
         add(f"{PREFIX}.{name}", op)
+    # a linear resize the canonicalisation left for the resize operator (resize.operator_wins)
+    add(f"{PREFIX}.resize", is_op("relax.image.resize2d")(wildcard(), wildcard()))
     for name, pattern in LONE_QDQ.items():  # before the binary ops, which would claim their parts
         if target.options.fusion or not name.endswith("_clip"):  # at -fusion=0 a clamp is an operator of its own
             add(f"{PREFIX}.{name}", pattern)

@@ -37,37 +37,25 @@ bit for bit (a nearest selection is exact: one weight of 1 per row).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm.sym.analyzer import Analyzer
+from tvm_npu.tir_schedules import tile_search
+
+from tvm_npu.config import DType, NpuTarget
+from tvm_npu.core.ops import Conv2dSpec, MatmulSpec, OpSpec, ResizeSpec, TensorRef
 
 from .extract import static_shape
 from .lifted import Lifted, with_lifted_constants
+from .resize_taps import COORDINATES, linear_taps, source_coordinates
 from .symbolic import probe_dim
 
-#: Coordinate transformations computed here (TVM's ``resize2d`` also has ``tf_crop_and_resize``).
-COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
 METHODS = ("nearest_neighbor", "linear")
 _FLOOR_EPSILON = np.float32(1e-5)  # TVM's floor / ceil rounding nudge
-
-
-def source_coordinates(coord: str, n_in: int, n_out: int) -> np.ndarray:
-    """The float32 source coordinate of every output index along an axis of ``n_in`` -> ``n_out``."""
-    o = np.arange(n_out, dtype=np.float32)
-    scale = np.float32(n_in) / np.float32(n_out)
-    if coord == "half_pixel" or (coord == "pytorch_half_pixel" and n_out > 1):
-        return (o + np.float32(0.5)) * scale - np.float32(0.5)
-    if coord == "pytorch_half_pixel":
-        return np.zeros(n_out, np.float32)
-    if coord == "align_corners":
-        return np.float32(n_in - 1) / np.float32(n_out - 1) * o
-    if coord == "asymmetric":
-        return scale * o
-    if coord == "tf_half_pixel_for_nn":
-        return (o + np.float32(0.5)) * scale
-    raise ValueError(f"coordinate transformation {coord!r}; accepted: {', '.join(COORDINATES)}")
 
 
 def nearest_index(coord: str, rounding: str, n_in: int, n_out: int) -> np.ndarray:
@@ -92,12 +80,9 @@ def interpolation_matrix(method: str, coord: str, rounding: str, n_in: int, n_ou
     if method == "nearest_neighbor":
         a[rows, nearest_index(coord, rounding, n_in, n_out)] = 1
         return a
-    x = source_coordinates(coord, n_in, n_out)
-    lo = np.floor(x)
-    t = (x - lo).astype(np.float32)
-    lo = lo.astype(np.int64)
-    np.add.at(a, (rows, np.clip(lo, 0, n_in - 1)), np.float32(1) - t)
-    np.add.at(a, (rows, np.clip(lo + 1, 0, n_in - 1)), t)
+    lo, hi, w0, w1 = (np.array(v) for v in zip(*linear_taps(coord, n_in, n_out), strict=True))
+    np.add.at(a, (rows, lo), w0.astype(np.float32))
+    np.add.at(a, (rows, hi), w1.astype(np.float32))
     return a
 
 
@@ -200,14 +185,47 @@ def separable(x: relax.Expr, a_h: np.ndarray, a_w: np.ndarray) -> relax.Expr:
     return relax.op.reshape(relax.op.permute_dims(mixed, [0, 2, 1, 3]), (n, c, a_h.shape[0], wo))
 
 
-def _rewrite(call: relax.Call) -> relax.Expr:
-    """The NPU form of float ``resize2d`` ``call`` (module docstring), or ``call`` itself."""
+def _cycles(specs: list[OpSpec], target: NpuTarget) -> float:
+    """The cost model's cycles of ``specs`` one after another, each at its chosen tile (inf: one does not fit)."""
+    hw, opts = target.hw, target.options
+    if not all(tile_search.fits(s, hw, opts) for s in specs):
+        return math.inf
+    return sum(tile_search.estimate(s, tile_search.choose(s, hw, opts), hw).cycles for s in specs)
+
+
+def operator_wins(call: relax.Call, target: NpuTarget) -> bool:
+    """Whether a linear ``call`` runs as the resize operator (``tir_schedules/resize.py``) rather than as the
+    two matrix products of :func:`separable`, by the cost model's estimate of each on ``target`` (the products
+    as plain operators: their transposing view and the intermediate's residency are left out, which favours
+    them a little)."""
+    a = call.attrs
+    if str(a.method) != "linear" or str(a.layout) != "NCHW" or str(call.ty.dtype) != "float32":
+        return False
+    (n, c, h, w), (_, _, ho, wo) = static_shape(call.args[0]), static_shape(call)
+    coord, f32 = str(a.coordinate_transformation_mode), DType.FP32
+    operator = ResizeSpec("resize", TensorRef("y", (n, c, ho, wo), f32, "NCHW"),
+                          data=TensorRef("x", (n, c, h, w), f32, "NCHW"),
+                          rows=linear_taps(coord, h, ho), cols=linear_taps(coord, w, wo))
+    along_w = MatmulSpec("matmul", TensorRef("t", (n * c * h, wo), f32), a=TensorRef("x", (n * c * h, w), f32),
+                         b=TensorRef("aw", (w, wo), f32))
+    along_h = Conv2dSpec("conv2d", TensorRef("y", (1, ho, n * c, wo), f32, "NCHW"),
+                         data=TensorRef("t", (1, h, n * c, wo), f32, "NCHW"),
+                         weight=TensorRef("ah", (ho, h, 1, 1), f32))
+    mine = _cycles([operator], target)
+    return mine < math.inf and mine <= _cycles([along_w, along_h], target)
+
+
+def _rewrite(call: relax.Call, target: NpuTarget) -> relax.Expr:
+    """The NPU form of float ``resize2d`` ``call`` (module docstring), or ``call`` itself (on the host, or
+    left for the resize operator)."""
     if host_reason(call) is not None:
         return call
     layout = str(call.attrs.layout)
     factors = _view_factors(call)
     if factors is not None:
         return nearest_view(call.args[0], layout, *factors)
+    if operator_wins(call, target):
+        return call
     a = call.attrs
     (h, w), (ho, wo) = _spatial(static_shape(call.args[0]), layout), _spatial(static_shape(call), layout)
     method, coord, rounding = str(a.method), str(a.coordinate_transformation_mode), str(a.rounding_method)
@@ -225,7 +243,7 @@ def _same_parameters(q: relax.Call, dq: relax.Call, lifted: Lifted) -> bool:
             and str(q.ty.dtype) == str(dq.args[0].ty.dtype))
 
 
-def _resize_forms(func: relax.Function, lifted: Lifted) -> relax.Function:
+def _resize_forms(func: relax.Function, lifted: Lifted, target: NpuTarget) -> relax.Function:
     """The 8-bit views first (``quantize(resize(dequantize(x)))`` of equal parameters), then every float
     resize but the linear ones of dequantized tensors (module docstring)."""
     data = wildcard()
@@ -250,14 +268,19 @@ def _resize_forms(func: relax.Function, lifted: Lifted) -> relax.Function:
     func = rewrite_call(is_op("relax.image.resize2d")(dq, wildcard()), note, func)
 
     def rewrite(orig: relax.Call, _m: dict) -> relax.Expr:
-        return orig if any(orig.same_as(c) for c in of_8bit) else _rewrite(orig)
+        return orig if any(orig.same_as(c) for c in of_8bit) else _rewrite(orig, target)
 
     return rewrite_call(is_op("relax.image.resize2d")(wildcard(), wildcard()), rewrite, func)
 
 
-@relax.transform.function_pass(opt_level=0, name="tvm_npu.ResizeForms")
-def resize_forms(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+def resize_forms(target: NpuTarget) -> tvm.transform.Pass:
     """``resize2d`` -> a broadcast view (nearest integer upsampling, also on 8 bits between an equal-scale
-    dequantize / quantize) or two constant matrix products (module docstring)."""
-    return with_lifted_constants(func, _resize_forms)
+    dequantize / quantize), the resize operator (linear, when it wins on ``target``) or two constant matrix
+    products (module docstring)."""
+
+    @relax.transform.function_pass(opt_level=0, name="tvm_npu.ResizeForms")
+    def forms(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> relax.Function:
+        return with_lifted_constants(func, lambda f, lifted: _resize_forms(f, lifted, target))
+
+    return forms
 

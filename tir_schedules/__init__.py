@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm_npu.core.ops import OpSpec
 from tvm_npu.core.tiles import TileParams
 
-from . import conv2d, elementwise, matmul, pool, rowwise  # noqa: F401  (each registers its kind)
+from . import conv2d, elementwise, matmul, pool, resize, rowwise  # noqa: F401  (each registers its kind)
 from .common import Scheduled
 from .kind import OpKind, kind_of
 

@@ -228,10 +228,27 @@ class Planner:
             tile = self._tile(op, limit)  # the operator's own tile is too big beside the intermediates
         if tile is None:
             return None
-        tile = tile[0]
-        if hasattr(tile, "toh"):
-            tile = replace(tile, toh=min(tile.toh, step.out.dim("H")))
-        return tile if kind_of(step).admits(step, tile) else None
+        return self._fitted(step, tile[0])
+
+    def _fitted(self, step: OpSpec, tile: TileParams) -> TileParams | None:
+        """``tile`` made one of ``step``'s candidates: a value the step's axes do not offer becomes the
+        largest they offer below it (fewer rows), a choice they do not offer at all (a strided read of a
+        tensor the step reads through a row view) rules the tile out."""
+        kind, hw, opts = kind_of(step), self.target.hw, self.target.options
+        for axes in (kind.axes(step, hw, opts), kind.fallback_axes(step, hw, opts)):
+            fixed: dict[str, object] = {}
+            for name, values in (axes or {}).items():
+                value = getattr(tile, name)
+                if value in values:
+                    continue
+                below = [v for v in values if type(v) is int and type(value) is int and v <= value]
+                if not below:
+                    break
+                fixed[name] = max(below)
+            else:
+                if axes is not None and kind.admits(step, fitted := replace(tile, **fixed)):
+                    return fitted
+        return None
 
     def _tile(self, spec: OpSpec, limit: int, seed: TileParams | None = None) -> tuple[TileParams, Estimate] | None:
         """The tuned tile of ``spec``, else ``seed`` where it fits ``limit``, else the best searched."""

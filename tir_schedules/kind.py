@@ -53,6 +53,8 @@ class OpKind(abc.ABC):
     tile_type: ClassVar[type]
     #: The operator's name in reports (``conv2d``, ``matmul``, ``pool``, ``elementwise``).
     name: ClassVar[str]
+    #: Whether the codegen emits this kind itself rather than walking its TIR template (``resize.py``).
+    direct: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- template
     @abc.abstractmethod

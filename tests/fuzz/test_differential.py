@@ -218,6 +218,26 @@ def test_model_precision_reads_16_bit_activations() -> None:
         assert model_precision(b.model()) == want
 
 
+def test_a_tie_rounded_apart_in_a_float_region_is_ill_conditioned() -> None:
+    """Found by the fuzzer (int16): a float average pool of the float input, quantized to int16, lands
+    within 5e-4 of a step of a tie (20074.4995 steps); the NPU and llvm sum the window in another order,
+    so their float32 results fall either side of it and the 16-bit values differ by one. The tie arbiter
+    between the NPU and llvm finds that tensor first, every difference a tie: ill-conditioned, not a
+    wrong number (a difference there that is no tie stays a mismatch-vs-llvm)."""
+    b = GraphBuilder(seed=6682, opset=13)
+    x0 = b.input((1, 7, 7, 13))
+    t0 = b.pool(x0, "AveragePool", kernel=(4, 3), strides=(3, 3), pads=(0, 1, 0, 1), count_include_pad=1,
+                ceil_mode=0)
+    t2 = b.conv(t0, out_channels=7, kernel=(3, 3), strides=(1, 1), dilations=(2, 1), pads=(2, 0, 2, 2), group=1,
+                bias=False, batchnorm=True)
+    b.binary(t0, t2, "Add")
+    b.precision("int16", per_channel=False, calibration_seed=8745, wide=("t0", "t1", "t3"))
+    outcome = run_case(b.model(), "npu -fusion=0 -pipeline-stages=1 -layout-pref=NCHW -max-sram-bytes=16384", 77)
+    if outcome.status != "match":  # (a plan that sums the window in llvm's order would agree with it)
+        assert (outcome.status, outcome.kind) == ("ill-conditioned", "ties"), outcome.report()
+        assert "the NPU and llvm differ in is t0_QuantizeLinear_Output: 1/70" in outcome.detail, outcome.detail
+
+
 def test_fp16_conversion_of_a_max_reading_an_output() -> None:
     """onnxconverter_common keeps Max/Min in fp32 between casts but leaves out the cast of an input that
     is a graph output too: an invalid model (found by the fuzzer); ``convert_precision`` then converts

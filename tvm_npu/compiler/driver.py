@@ -307,7 +307,7 @@ def stages(target: NpuTarget, params: Mapping[str, Any] | None = None, dump_dir:
 
     return [
         Stage("bind", _bind(params)),
-        Stage("canonicalize", _seq(canonicalize_passes())),
+        Stage("canonicalize", _seq(canonicalize_passes(target))),
         Stage("precision", _seq(precision_passes(target.options.precision))),
         Stage("layout", lambda mod: choose_layouts(mod, target)),
         Stage("fold-layout", _seq(fold_layout_passes())),

@@ -369,7 +369,27 @@ class RowwiseSpec(_OpBase):
     macs = 0
 
 
-OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec | RowwiseSpec
+#: One output index of a linear resize along an axis: the two source indices it reads and their float32
+#: weights (``lo``, ``hi``, ``w0``, ``w1``; ``y = x[lo] * w0 + x[hi] * w1``).
+Tap = tuple[int, int, float, float]
+
+
+@dataclass(frozen=True)
+class ResizeSpec(_OpBase):
+    """A linear (bilinear) resize of NCHW ``data``: along W with ``cols``, then along H with ``rows`` (TVM's
+    order, so every output is llvm's bit for bit). The taps are fixed at compile time by the front end."""
+
+    data: TensorRef
+    rows: tuple[Tap, ...]
+    cols: tuple[Tap, ...]
+
+    def _main_inputs(self) -> tuple[TensorRef, ...]:
+        return (self.data,)
+
+    macs = 0
+
+
+OpSpec = Conv2dSpec | MatmulSpec | PoolSpec | ElementwiseSpec | RowwiseSpec | ResizeSpec
 
 
 #: Fields added after tuning records existed: left out of the key at their default value,

@@ -91,7 +91,16 @@ class RowTile:
     stages: int = 2
 
 
-TileParams = MatmulTile | ConvTile | PoolTile | EltwiseTile | RowTile
+@dataclass(frozen=True)
+class ResizeTile:
+    """Channels and output rows per band of a resize (whole output rows: the W pass needs whole source rows)."""
+
+    tc: int
+    toh: int
+    stages: int = 2
+
+
+TileParams = MatmulTile | ConvTile | PoolTile | EltwiseTile | RowTile | ResizeTile
 
 
 def tile_to_json(tile: TileParams) -> dict:

@@ -95,9 +95,11 @@ QUANT_UNEQUAL_SHARE = 1e-3
 #: a float value within this many quantization steps of half a step is a tie (:func:`tie_arbiter`): fp32
 #: rounding of a few operations on values of up to 2**8 steps moves them by about 2**8 * 2**-24 * ops
 TIE_STEPS = 1e-3
-#: ... and of a value of more steps (a 16-bit tensor's reach 2**15), this many times 2**-24 of its own
-#: size in steps: the same allowance of about 64 fp32 roundings, TIE_STEPS at 2**8 steps (a 16-bit step
-#: is 256 times finer, so onnxruntime's float32 path decides some roundings: docs, "16-bit activations")
+#: ... and in a tensor of values of more steps (a 16-bit tensor's reach 2**15), this many times 2**-24 of
+#: its largest value in steps: the same allowance of about 64 fp32 roundings, TIE_STEPS at 2**8 steps (a
+#: 16-bit step is 256 times finer, so float32 paths decide some roundings: docs, "16-bit activations"); of
+#: the largest, not of the element's own value: a sum's float32 error follows its terms, and a small
+#: result of large terms (a convolution's near zero) carries their error)
 TIE_ROUNDINGS = 64
 #: fp16 against llvm: every element within this many ulps of the output's largest magnitude (2**-10
 #: of it per ulp). Both accumulate in fp32 and round once per operator, so an operator's result differs
@@ -601,7 +603,7 @@ def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray], target: st
     or, given ``target``, one of the NPU with llvm: the two run the model with every QuantizeLinear's
     result as an output too (and onnxruntime, resp. llvm, its float input as well), and the first one, in
     graph order, where they differ decides. When every difference there is one step where that float
-    value is within :data:`TIE_STEPS` (:data:`TIE_ROUNDINGS` for values of many steps) of half a step, the
+    value is within :data:`TIE_STEPS` (:data:`TIE_ROUNDINGS` for a tensor of many steps) of half a step, the
     value is a tie in exact arithmetic (a k x k average of values on one grid often is x.5), which the
     integer kernels round half to even and a float path's fp32 rounding pushes to either side (a float
     operator left between dequantize and quantize sums in another order on the NPU than in llvm, which at
@@ -628,7 +630,8 @@ def tie_arbiter(model: onnx.ModelProto, feeds: dict[str, np.ndarray], target: st
         if np.array_equal(ours, theirs):
             continue
         steps = second[node.input[0]].astype(np.float64) / float(nh.to_array(inits[node.input[1]]))
-        tie = np.abs(steps - np.floor(steps) - 0.5) <= np.maximum(TIE_STEPS, np.abs(steps) * 2.0**-24 * TIE_ROUNDINGS)
+        band = max(TIE_STEPS, float(np.abs(steps).max(initial=0.0)) * 2.0**-24 * TIE_ROUNDINGS)
+        tie = np.abs(steps - np.floor(steps) - 0.5) <= band
         off = ours != theirs
         where = f"the first quantized tensor {pair[0]} and {pair[1]} differ in is {node.output[0]}: " \
                 f"{int(off.sum())}/{off.size} elements differ"
