@@ -81,6 +81,8 @@ def emit_resize(asm: ProgramBuilder, spec: ResizeSpec, tile: ResizeTile, layer: 
                 resident: Mapping[str, Resident]) -> None:
     """Every band of ``spec``: load its source rows, the W pass into ``mid``, the H pass into the output band,
     store it (``src`` and ``out`` rotate through the pipeline's versions, ``mid`` and ``tmp`` have one)."""
+    if spec.epilogue:  # the scheduler fuses nothing into a directly emitted kind (scheduler._fused_into)
+        raise ValueError(f"{spec.name}: a resize takes no epilogue steps ({len(spec.epilogue)} given)")
     em = _Bands(asm, spec, layer, resident)
     sizes, isz = buffers(spec, tile), em.isz
     versions = tile.stages if kind_of(spec).pipelining(spec, tile).pipelined else 1

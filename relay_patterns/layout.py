@@ -339,7 +339,9 @@ def _convert(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     # pooling and elementwise ops follow their producer (ConvertLayout takes no desired layout for them)
     desired = {"relax.nn.conv2d": [layout, "OIHW"],
                # a transposed conv left on the host stays NCHW: TVM 0.27 cannot legalise it in NHWC
-               "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]}
+               "relax.nn.conv2d_transpose": ["NCHW", "IOHW"],
+               # a linear resize left for the resize operator (resize.py) runs in NCHW only
+               "relax.image.resize2d": ["NCHW"]}
     with tvm.transform.PassContext(opt_level=3):
         return relax.transform.ConvertLayout(desired)(mod)
 

@@ -378,10 +378,11 @@ def data_movement_entries() -> list[PatternEntry]:
 
 
 def _check_resize(ctx: PatternCheckContext) -> bool:
-    """Always refuses: the NPU forms of a resize are made by ``npu.canonicalize.resize`` (``resize.py``)."""
+    """Always refuses: the NPU forms of a resize are made by ``npu.canonicalize.resize`` (``resize.py``), or it
+    is the resize operator's (``npu.resize``, tried first)."""
     reason = resize.host_reason(ctx.matched_expr) or (
-        "an interpolating resize of a dequantized 8-bit tensor (float sums in the NPU's order could round to "
-        "another 8-bit step than llvm's), or npu.canonicalize.resize was disabled")
+        "a resize npu.canonicalize.resize did not rewrite (disabled) that the resize operator does not take "
+        "(not linear float32 NCHW, or no band of it fits -max-sram-bytes)")
     return _refuse(ctx, reason)
 
 

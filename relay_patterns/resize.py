@@ -19,6 +19,10 @@ neighbours, indices clamped to the axis. Computed here in float32 exactly as TVM
   where its ratio happens to give ``o // f``) pick other rows. On 8 bits the same view between a
   dequantize and a quantize of equal parameters is taken on the 8-bit tensor (nearest moves values
   unchanged).
+* **the resize operator** (``tir_schedules/resize.py``): a float32 NCHW ``linear`` resize is left as
+  ``resize2d`` for the ``npu.resize`` pattern when the cost model puts it below the matrix products
+  (:func:`operator_wins`): bands of rows on the vector engine, W pass then H pass as TVM does, every output
+  llvm's bit for bit, about its DRAM bound.
 * **two matrix products** (:func:`interpolation_matrix`): any other float32 ``linear`` or ``nearest``
   resize, integer or not, is ``y = A_h x A_w^T`` per image and channel, ``A`` the ``out x in``
   interpolation weights (two per row for linear, one for nearest): along W one ``(N*C*H, W) x (W, W')``
@@ -29,10 +33,11 @@ neighbours, indices clamped to the axis. Computed here in float32 exactly as TVM
   factors).
 
 Cubic and ``tf_crop_and_resize`` resizes, symbolic shapes and other layouts stay on the host, with
-the reason :func:`host_reason` gives (``tvm-npu inspect`` prints it). So does a linear resize of a
-dequantized 8-bit tensor (a QDQ model's bilinear resize): its float sums, in the NPU's order rather
-than llvm's, could round to another 8-bit step after the quantize, and 8-bit results must be llvm's
-bit for bit (a nearest selection is exact: one weight of 1 per row).
+the reason :func:`host_reason` gives (``tvm-npu inspect`` prints it). A linear resize of a dequantized
+8-bit tensor (a QDQ model's bilinear resize) never takes the matrix form: its float sums, in the products'
+order rather than llvm's, could round to another 8-bit step after the quantize, and 8-bit results must be
+llvm's bit for bit (a nearest selection is exact: one weight of 1 per row); the resize operator's sums are
+llvm's, so it runs there when a band fits, else on the host.
 """
 
 from __future__ import annotations
@@ -258,7 +263,8 @@ def _resize_forms(func: relax.Function, lifted: Lifted, target: NpuTarget) -> re
         return nearest_view(m[data], str(m[resize].attrs.layout), *factors)
 
     func = rewrite_call(quantized, rewrite_quantized, func)
-    of_8bit: list[relax.Call] = []  # interpolations of dequantized 8-bit tensors: left to llvm (module docstring)
+    # interpolations of dequantized 8-bit tensors: left for the resize operator or llvm (module docstring)
+    of_8bit: list[relax.Call] = []
 
     def note(orig: relax.Call, _m: dict) -> relax.Expr:
         if str(orig.attrs.method) != "nearest_neighbor":  # a selection's sums are exact: one weight of 1

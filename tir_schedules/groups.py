@@ -20,7 +20,9 @@ The search (:func:`search`) is interval dynamic programming over the operator or
 ``cost[i][j] = min(group cost of i..j, min over k of cost[i][k] + cost[k+1][j])``, with a group's
 cost from its steps' flow estimates (:func:`group_cycles`) at the best slice count; groups whose
 intermediates leave no room for the members' tiles are invalid. Estimates are cached by the sliced
-operators' name-free signatures, so ResNet's repeated blocks are estimated once.
+operators' name-free signatures, so ResNet's repeated blocks are estimated once. A step takes its
+member's own tile (searched once per operator and SRAM limit; :meth:`Planner._seed`), not a search of
+its own, and a group is chosen only where it beats the best split by ``WIN_MARGIN``.
 """
 
 from __future__ import annotations

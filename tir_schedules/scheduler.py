@@ -60,6 +60,7 @@ from tvm_npu.core.tiles import TileParams
 from tvm_npu.core.views import storage
 
 from . import groups, tile_search
+from .kind import kind_of
 
 #: Tuned tiles by :func:`~tvm_npu.core.ops.spec_key` (how tuning records reach the plan).
 TileTable = Mapping[str, TileParams]
@@ -282,6 +283,8 @@ def _fused_into(ops: list[_Op], j: int, src: TensorRef, steps: list[Epilogue], u
     if i is None or uses.get(src.name, 0) != 1 or src.name in outputs or ops[i].spec.out.view is not None:
         return None  # (a producer writing through a view fills a concat that others read)
     prod = ops[i].spec
+    if kind_of(prod).direct:
+        return None  # emitted without a template, and without epilogue steps (a resize)
     if prod.out.shape != spec.out.shape or prod.out.dtype != src.dtype:
         return None  # the steps were checked from the consumer's input type: a cast or requantisation may follow
     if any(s.broadcast == Broadcast.CHANNEL for s in steps) and channel_axis(spec) != channel_axis(prod):

@@ -7,8 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx_net import OnnxNet  # tests/ is on sys.path
-from resize_nets import RTOL, ATOL, model_at, model_input, ort, run
+from resize_nets import ATOL, RTOL, model_at, model_input, ort, run
+from tvm import relax
+
+import tvm_npu
 
 #: (coordinate transformation, input H x W, output H x W): x2 / x4 up, x0.5 down, non-integer up and down.
 CASES = [("half_pixel", (8, 8), (16, 16)), ("half_pixel", (16, 12), (8, 6)), ("pytorch_half_pixel", (6, 5), (24, 20)),
@@ -33,4 +37,15 @@ def test_linear_resize_is_llvm_bit_for_bit(coord: str, hw: tuple[int, int], out:
     y, ref, info = run(model, x)
     assert info.host_ops == {} and info.npu_ops == {"relax.image.resize2d": 1}, (info.host_ops, info.npu_ops)
     assert np.array_equal(y, ref), np.abs(y - ref).max()
+    np.testing.assert_allclose(y, ort(model, x), rtol=RTOL, atol=ATOL)
+
+
+def test_too_small_an_sram_keeps_the_matrix_products() -> None:
+    """At -max-sram-bytes=8192 no band of the resize operator fits (``tests/codegen/test_resize_emission.py``):
+    the canonicalisation keeps the two matrix products, within the fp32 standard of llvm."""
+    model = _resize_model("half_pixel", 4, (8, 256), (16, 512))
+    x = model_input(model)
+    ex, info = tvm_npu.build_with_info(model, "npu -max-sram-bytes=8192")
+    assert "relax.image.resize2d" not in info.npu_ops and info.npu_ops.get("relax.matmul") == 1, info.npu_ops
+    y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(y, ort(model, x), rtol=RTOL, atol=ATOL)

@@ -157,6 +157,7 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         "npu.dequantize", "npu.quantize_scaled", "npu.quantize",  # the float forms of a lone DQ / Q
         "npu.concat", *(f"npu.view_{v}" for v in ("reshape", "flatten", "squeeze", "expand_dims", "permute_dims",
                                                    "strided_slice", "take", "broadcast_to")),
+        "npu.resize",  # a linear resize the canonicalisation left for the resize operator
         "npu.resize2d",  # always refused, with the reason (the NPU forms are made by canonicalisation)
     }
     fused = {name for name, *_ in pattern_table(parse_target("npu -fusion=1"))}
