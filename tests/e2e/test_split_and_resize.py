@@ -1,7 +1,7 @@
 """ONNX Split and Resize / Upsample on the NPU (issue 26): a split's outputs are strided views of its
 input (no data moves), a nearest integer upsampling is a broadcast view (its readers load each row
-again through a zero stride), any other linear / nearest resize is two constant matrix products
-(``relay_patterns/resize.py``). Small exporter-style necks built with ``onnx.helper``, against llvm
+again through a zero stride), a linear resize the resize operator, any other nearest resize two constant
+matrix products (``relay_patterns/resize.py``). Small exporter-style necks built with ``onnx.helper``, against llvm
 (``build_reference``) and onnxruntime."""
 
 from __future__ import annotations

@@ -464,7 +464,7 @@ def _tile_searches(case: Case, fusion: int) -> int:
 def test_group_steps_reuse_their_members_tile_searches(case: Case) -> None:
     """A group's steps take their members' own tiles (:meth:`groups.Planner._seed`: one search per operator
     and SRAM limit, shared by every group it is in) instead of a search per step, group and slicing:
-    fewer than half the searches (measured 2.3-3.6x fewer here, 7x on SqueezeNet int8)."""
+    fewer than half the searches (measured 2.1-2.8x fewer here, 7x on SqueezeNet int8)."""
     seeded = _tile_searches(case, 3)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(groups.Planner, "_seed", lambda self, k, step, limit: None)
