@@ -30,6 +30,7 @@ from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wild
 from tvm_npu.config import NpuTarget
 
 from .conv_transpose import conv_transpose_as_convs
+from .broadcast_operands import broadcast_operands
 from .dequantize_views import dequantize_views
 from .extract import const_array, static_shape
 from .lifted import Lifted, with_lifted_constants
@@ -542,6 +543,7 @@ CANONICALIZE_REWRITES: dict[str, str] = {
     "npu.canonicalize.pool-chains": "max pools of one map with a smaller sibling read its result (SPP -> SPPF)",
     "npu.canonicalize.negative": "-x -> x * (-1) for a float x (bit for bit the same)",
     "npu.canonicalize.reciprocal-divide": "x / c -> x * (1 / c) for a float constant c",
+    "npu.canonicalize.broadcast-operands": "a float elementwise outer product reads its data through broadcast_to",
     "npu.canonicalize.bindings": "TVM's CanonicalizeBindings and DeadCodeElimination",
 }
 
@@ -581,6 +583,7 @@ def canonicalize_passes(target: NpuTarget | None = None) -> list[tvm.transform.P
         named("npu.canonicalize.negative", negative_as_product),
         named("npu.canonicalize.reciprocal-divide", reciprocal_divide),  # after folding: a batch-norm's divisor
         # is then one constant
+        named("npu.canonicalize.broadcast-operands", broadcast_operands),  # after transformer-ops (whole norms)
         named("npu.canonicalize.bindings", tvm.transform.Sequential([
             relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])),
     ]

@@ -597,6 +597,8 @@ def _unary_steps(call: relax.Call, op: str, kind: EpiKind | None,
     if (hard := _hard_activation(call, region)) is not None:
         step, x = hard
         return [step], x
+    if op == "relax.sqrt":  # VPOW by 0.5: float64 power rounded once, the correctly rounded root llvm computes
+        return [_Step(EpiKind.POW, floats=(0.5,))], call.args[0]
     if kind is not None and not kind.binary:
         lo, hi = (_scalar(call.args[1]), _scalar(call.args[2])) if kind == EpiKind.CLIP else (0.0, 0.0)
         floats = (_exponent(call.args[1]),) if kind == EpiKind.POW else ()

@@ -308,6 +308,7 @@ def pattern_table(target: NpuTarget) -> list[PatternEntry]:
     add(f"{PREFIX}.constant_divide", is_op("relax.divide")(is_const(), wildcard()))
     for name in ACTIVATIONS:
         add(f"{PREFIX}.{name}", _activation(name, wildcard()))
+    add(f"{PREFIX}.sqrt", is_op("relax.sqrt")(wildcard()))  # a power by 0.5 (extract._unary_steps)
     add(f"{PREFIX}.astype", is_op("relax.astype")(wildcard()))  # fp32 <-> fp16 where precisions meet
     table.extend(data_movement_entries())
     return table

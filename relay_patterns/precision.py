@@ -21,6 +21,7 @@ from tvm import relax
 from tvm_npu.config import Precision
 
 from .fp16_layers import fp16_float_layers
+from .fp16_rowwise import fp16_rowwise_widened
 
 _ACCUMULATING = ("relax.nn.conv2d", "relax.matmul")
 
@@ -76,5 +77,5 @@ def fp16_averages(func: relax.Function, _mod: tvm.IRModule, _ctx: tvm.transform.
 def precision_passes(precision: Precision) -> list[tvm.transform.Pass]:
     """The passes that fix the arithmetic types of the model before layout planning."""
     if precision == Precision.FP16:  # TVM's ToMixedPrecision, integer (QDQ) operators left as they are
-        return [fp16_float_layers, relax.transform.FoldConstant()]
+        return [fp16_float_layers, fp16_rowwise_widened, relax.transform.FoldConstant()]
     return [fp16_accumulate]

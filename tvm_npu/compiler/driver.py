@@ -52,6 +52,8 @@ Switches, in TVM's own way: every stage and every named rewrite has a stable nam
     npu.canonicalize.pool-chains      max pools of one map are not chained (SPP stays SPP)
     npu.canonicalize.negative         -x stays a negation (on the host)
     npu.canonicalize.reciprocal-divide  x / c stays a division
+    npu.canonicalize.broadcast-operands  a float outer product (no operand of the result's shape) stays
+                                      on the host
     npu.canonicalize.bindings         no CanonicalizeBindings / DeadCodeElimination
     npu.schedule.depthwise-vector     depthwise conv2d on the tensor engine only (the target
                                       option ``-depthwise-engine=tensor``, which it sets)
