@@ -29,8 +29,8 @@ from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wild
 
 from tvm_npu.config import NpuTarget
 
-from .conv_transpose import conv_transpose_as_convs
 from .broadcast_operands import broadcast_operands
+from .conv_transpose import conv_transpose_as_convs
 from .dequantize_views import dequantize_views
 from .extract import const_array, static_shape
 from .lifted import Lifted, with_lifted_constants

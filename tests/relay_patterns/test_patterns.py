@@ -148,6 +148,7 @@ def test_fusion0_table_has_only_bare_ops() -> None:
         "npu.conv2d", "npu.matmul", "npu.max_pool2d", "npu.avg_pool2d", "npu.adaptive_avg_pool2d", "npu.mean",
         "npu.add", "npu.subtract", "npu.multiply", "npu.maximum", "npu.minimum", *(f"npu.{a}" for a in ACTS),
         "npu.constant_divide",  # c / x: a reciprocal and a multiply
+        "npu.sqrt",  # a power by 0.5
         *(f"npu.{a}" for a in COMPOSITE_ACTS),
         "npu.conv2d_pad", "npu.qadd", "npu.astype",  # an 8-bit conv's zero-point padding, an 8-bit add, a cast
         "npu.qmul",  # an 8-bit product (relay_patterns/qbinary.py, VQMUL)
